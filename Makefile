@@ -1,0 +1,37 @@
+# The only entry points: make book | make test | make lab | make clean
+# Everything runs in .venv, created from the exact pins in requirements.txt.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Marks an environment that matches requirements.txt and pyproject.toml; rebuilt when they change.
+STAMP := $(VENV)/.deepdive-installed
+# Inductor's compiled kernels live with the build, so `make clean` clears them too.
+export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/_build/inductor-cache
+# Quiet, reproducible library start-up inside the build.
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: book test lab clean env
+
+env: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . -W --keep-going
+
+test: book
+	$(BIN)/ruff check src tests notebooks
+	$(BIN)/python -m pytest
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache

@@ -1,0 +1,182 @@
+"""Where a number came from: the machine, the versions, the precision, the scale.
+
+Chapter 1 (vmap) introduces `describe()` and `scale()`; every chapter prints them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SCALES = ("small", "full")
+FRAMEWORK_DISTRIBUTIONS = (
+    "torch", "jax", "jaxlib", "flax", "optax", "transformers", "numpy", "jupyter-book",
+)
+
+
+def scale() -> str:
+    """Return the build's size, ``"small"`` (CPU) or ``"full"`` (GPU, the seeds' sizes).
+
+    ``DEEPDIVE_SCALE`` overrides; otherwise ``full`` where a CUDA GPU is visible.
+    See chapter 1, "How big is this build".
+    """
+    chosen = os.environ.get("DEEPDIVE_SCALE", "").strip().lower()
+    if chosen:
+        if chosen not in SCALES:
+            raise ValueError(
+                f"DEEPDIVE_SCALE={chosen!r} is not a scale; accepted values: {', '.join(SCALES)}"
+            )
+        return chosen
+    return "full" if gpu_name() else "small"
+
+
+def by_scale(small, full):
+    """Pick the value for this build's scale: ``by_scale(small=4, full=1000)``."""
+    return full if scale() == "full" else small
+
+
+def gpu_name() -> str | None:
+    """Name of CUDA device 0 as NVML reports it, or ``None`` when there is no NVIDIA GPU."""
+    handle = _nvml_handle()
+    if handle is None:
+        return None
+    import pynvml
+
+    return pynvml.nvmlDeviceGetName(handle)
+
+
+def _nvml_handle():
+    """NVML handle of device 0, or None without a driver. Kept tiny: it cannot run on CPU CI."""
+    if shutil.which("nvidia-smi") is None and not Path("/proc/driver/nvidia").exists():
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # noqa: BLE001 - any NVML failure means "no usable GPU"
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo, falling back to `platform`."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of the frameworks, read from package metadata (nothing imported)."""
+    found = {}
+    for dist in FRAMEWORK_DISTRIBUTIONS:
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def precision() -> dict[str, str | bool | None]:
+    """Matmul precision settings of the frameworks already imported (none are imported here)."""
+    settings: dict[str, str | bool | None] = {}
+    if "torch" in sys.modules:
+        import torch
+
+        settings["torch float32_matmul_precision"] = torch.get_float32_matmul_precision()
+        settings["torch cuda.matmul.allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+        settings["torch cudnn.allow_tf32"] = torch.backends.cudnn.allow_tf32
+    if "jax" in sys.modules:
+        import jax
+
+        # None means JAX's default: full fp32 on CPU, TF32-like on NVIDIA GPUs.
+        settings["jax default_matmul_precision"] = jax.config.jax_default_matmul_precision
+        settings["jax enable_x64"] = bool(jax.config.jax_enable_x64)
+    return settings
+
+
+def threads() -> dict[str, int | str | None]:
+    """CPU thread counts each framework will use, and the variables that set them."""
+    counts: dict[str, int | str | None] = {"os.cpu_count": os.cpu_count()}
+    if hasattr(os, "sched_getaffinity"):
+        counts["cores available"] = len(os.sched_getaffinity(0))
+    if "torch" in sys.modules:
+        import torch
+
+        counts["torch intra-op threads"] = torch.get_num_threads()
+        counts["torch inter-op threads"] = torch.get_num_interop_threads()
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "XLA_FLAGS"):
+        counts[var] = os.environ.get(var)
+    return counts
+
+
+def devices() -> dict[str, str | None]:
+    """The accelerator, driver and CUDA versions, or None where there is none."""
+    found: dict[str, str | None] = {"gpu": gpu_name(), "driver": None, "cuda (torch build)": None}
+    handle = _nvml_handle()
+    if handle is not None:
+        import pynvml
+
+        found["driver"] = pynvml.nvmlSystemGetDriverVersion()
+    if "torch" in sys.modules:
+        import torch
+
+        found["cuda (torch build)"] = torch.version.cuda
+    if "jax" in sys.modules:
+        import jax
+
+        found["jax backend"] = jax.default_backend()
+        found["jax devices"] = ", ".join(str(d) for d in jax.devices())
+    return found
+
+
+def git_commit() -> str | None:
+    """The commit this build came from, or None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+            timeout=10, check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def describe() -> dict[str, object]:
+    """Everything a reader needs to reproduce a number: machine, versions, precision, scale.
+
+    Frameworks are reported only as far as they are already imported, so calling this
+    costs nothing extra. Chapter 1 prints it; the reproduce page shows the build's.
+    """
+    import psutil
+
+    return {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "git commit": git_commit(),
+        "scale": scale(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "ram GiB": round(psutil.virtual_memory().total / 2**30, 1),
+        **devices(),
+        **threads(),
+        **precision(),
+        **{f"version {name}": v for name, v in versions().items()},
+    }
+
+
+def device_label() -> str:
+    """Short name of the device a chapter measures on: the GPU, else the CPU and its cores."""
+    name = gpu_name()
+    if name:
+        return name
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu_model()} ({cores} cores)"

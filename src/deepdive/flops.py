@@ -1,0 +1,137 @@
+"""FLOPs: analytic formulas, framework counters as cross-checks, peaks, and MFU.
+
+MFU = analytic FLOPs per step / median step time / peak FLOP/s for that device and
+dtype. Peaks come from datasheets (dense, no sparsity) for known GPUs; an unknown
+device raises rather than guess. On a CPU the peak is measured (`measured_matmul_peak`)
+and the book says so. Chapter 1 introduces the matmul count; chapters 3 and 4 use MFU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16")
+
+# Dense TFLOP/s by device and dtype (fp16 tensor-core peaks equal bf16 on these parts).
+_PEAKS_TFLOPS = {
+    "A100": ({"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+             "NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe)"),
+    "H100 SXM": ({"fp32": 67, "tf32": 495, "bf16": 989, "fp16": 989},
+                 "NVIDIA H100 datasheet, SXM5 (sparsity figures halved)"),
+    "H100 PCIe": ({"fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756},
+                  "NVIDIA H100 datasheet, PCIe (sparsity figures halved)"),
+    "H200 SXM": ({"fp32": 67, "tf32": 495, "bf16": 989, "fp16": 989},
+                 "NVIDIA H200 datasheet, SXM (sparsity figures halved)"),
+    "L4": ({"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121},
+           "NVIDIA L4 datasheet (sparsity figures halved)"),
+}
+
+
+def matmul_flops(m: int, k: int, n: int) -> int:
+    """FLOPs of an (m x k) @ (k x n) matmul: one multiply and one add per term, 2mkn."""
+    for name, value in (("m", m), ("k", k), ("n", n)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return 2 * m * k * n
+
+
+def gpt_flops_per_token(n_params: int, n_layer: int, n_head: int, head_dim: int,
+                        seq_len: int) -> int:
+    """Training FLOPs per token of a GPT, forward and backward: 6N + 12·L·H·Q·T.
+
+    The PaLM paper's formula (Appendix B), as nanoGPT's `estimate_mfu` uses it: 6N for
+    the weight matmuls, 12·L·H·Q·T for attention scores and values.
+    """
+    return 6 * n_params + 12 * n_layer * n_head * head_dim * seq_len
+
+
+def vit_flops_per_image(n_params: int, n_layer: int, n_head: int, head_dim: int,
+                        n_tokens: int) -> int:
+    """Training FLOPs per image of a ViT: the same per-token formula times its tokens.
+
+    `n_tokens` is patches plus the class token; attention is not causal, so every
+    token attends to all `n_tokens`.
+    """
+    return n_tokens * gpt_flops_per_token(n_params, n_layer, n_head, head_dim, n_tokens)
+
+
+def peak_flops(device_name: str, dtype: str) -> tuple[float, str]:
+    """Datasheet peak FLOP/s of a known GPU for `dtype`, and its source.
+
+    `device_name` is what the driver reports ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB
+    HBM3", ...). Raises ValueError for a device or dtype the table does not hold.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not known; accepted: {', '.join(DTYPES)}")
+    key = _table_key(device_name)
+    if key is None:
+        raise ValueError(
+            f"no datasheet peak for device {device_name!r}; known devices: "
+            f"{', '.join(_PEAKS_TFLOPS)}. For a CPU use measured_matmul_peak() and say so."
+        )
+    peaks, source = _PEAKS_TFLOPS[key]
+    return peaks[dtype] * 1e12, source
+
+
+def _table_key(device_name: str) -> str | None:
+    name = device_name.upper()
+    if "NVL" in name:  # H100/H200 NVL have their own, lower peaks: not in the table
+        return None
+    if "A100" in name:
+        return "A100"
+    if "H100" in name:
+        return "H100 PCIe" if "PCIE" in name else "H100 SXM"
+    if "H200" in name:
+        return "H200 SXM"
+    if re.search(r"\bL4\b", name):
+        return "L4"
+    return None
+
+
+def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float) -> float:
+    """Model FLOPs utilisation, a fraction: flops_per_step / step_time_s / peak."""
+    for name, value in (("flops_per_step", flops_per_step), ("step_time_s", step_time_s),
+                        ("peak_flops_per_s", peak_flops_per_s)):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+    return flops_per_step / step_time_s / peak_flops_per_s
+
+
+def torch_counted_flops(fn: Callable, *args) -> int:
+    """FLOPs PyTorch's `FlopCounterMode` counts for ``fn(*args)`` (matmuls, convs, attention)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn(*args)
+    return counter.get_total_flops()
+
+
+def xla_counted_flops(jitted: Callable, *args) -> float:
+    """FLOPs XLA's `cost_analysis()` reports for the compiled ``jitted(*args)``."""
+    if not hasattr(jitted, "lower"):
+        raise TypeError(f"xla_counted_flops needs a jax.jit-wrapped function; got {jitted!r}")
+    cost = jitted.lower(*args).compile().cost_analysis()
+    if isinstance(cost, list):  # older jaxlib returned one dict per device
+        cost = cost[0]
+    return float(cost["flops"])
+
+
+def measured_matmul_peak(n: int = 1024, dtype: str = "fp32", device: str = "cpu"):
+    """This machine's achieved matmul FLOP/s with PyTorch, an n x n x n GEMM, timed synced.
+
+    Returns ``(flop_per_s, Timing)``. A measured peak, not a datasheet one: use it for
+    CPU MFU and label it as measured.
+    """
+    import torch
+
+    from deepdive.timing import measure
+
+    torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if dtype not in torch_dtypes:
+        raise ValueError(f"dtype {dtype!r} is not measurable here; accepted: {list(torch_dtypes)}")
+    a = torch.randn(n, n, dtype=torch_dtypes[dtype], device=device)
+    b = torch.randn(n, n, dtype=torch_dtypes[dtype], device=device)
+    timing = measure(torch.mm, a, b, label=f"{n}^3 {dtype} matmul", blocks=7, min_block_s=0.05)
+    return matmul_flops(n, n, n) / timing.median, timing

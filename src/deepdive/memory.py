@@ -1,0 +1,179 @@
+"""Memory, with the tool that answers each question, and each reading labelled.
+
+- How much did this PyTorch call need on the GPU?      `torch_cuda_peak`
+- How much has JAX used on the GPU (whole process)?    `jax_device_peak`
+- What does XLA plan to allocate for a program?        `xla_memory_plan`
+- How much host memory does a workload take at peak?   `host_peak_rss` (fresh process)
+- What does the GPU driver see, all processes?         `nvml_used`
+- The seed's method, kept to show its limits:          `psutil_rss_deltas`
+
+Chapter 1 compares them on the vmap workloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepdive.sync import block
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """A number of bytes, the tool that produced it, and what that tool counts."""
+
+    bytes: int
+    tool: str
+    scope: str
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / 2**20
+
+
+def torch_cuda_peak(fn: Callable[[], object]) -> MemoryReading | None:
+    """Peak CUDA memory that `fn()` allocated above what was allocated before it.
+
+    Uses the caching allocator's counters (`reset_peak_memory_stats`,
+    `max_memory_allocated`); ``None`` when no CUDA device is visible.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    block(fn())
+    torch.cuda.synchronize()
+    return MemoryReading(
+        torch.cuda.max_memory_allocated() - before,
+        "torch.cuda.max_memory_allocated",
+        "tensors allocated by this call through PyTorch's caching allocator",
+    )
+
+
+def jax_device_peak(device=None) -> MemoryReading | None:
+    """JAX's peak bytes in use on `device` since the process started; ``None`` on CPU.
+
+    JAX cannot reset this peak, so each configuration needs a fresh process.
+    """
+    import jax
+
+    device = device or jax.devices()[0]
+    stats = device.memory_stats()
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return MemoryReading(
+        int(stats["peak_bytes_in_use"]),
+        f"{device.platform} memory_stats()['peak_bytes_in_use']",
+        "JAX buffers on this device since process start (not resettable)",
+    )
+
+
+def xla_memory_plan(jitted: Callable, *args) -> dict[str, int]:
+    """XLA's static allocation plan for ``jitted(*args)``, in bytes, without running it.
+
+    Keys: argument, output, temp, alias, generated_code, and total (argument + output +
+    temp - alias), which is what the program needs while it runs. `jitted` must have
+    `.lower`, as `jax.jit` functions do.
+    """
+    if not hasattr(jitted, "lower"):
+        raise TypeError(
+            f"xla_memory_plan needs a jax.jit-wrapped function (it has .lower); got {jitted!r}"
+        )
+    stats = jitted.lower(*args).compile().memory_analysis()
+    plan = {
+        "argument": stats.argument_size_in_bytes,
+        "output": stats.output_size_in_bytes,
+        "temp": stats.temp_size_in_bytes,
+        "alias": stats.alias_size_in_bytes,
+        "generated_code": stats.generated_code_size_in_bytes,
+    }
+    plan["total"] = plan["argument"] + plan["output"] + plan["temp"] - plan["alias"]
+    return plan
+
+
+_PEAK_RSS_SCRIPT = """
+import json, os, sys
+def _rss(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+{setup}
+# Writing 5 to clear_refs resets the kernel's high-water mark (VmHWM) to the current RSS.
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")
+_baseline = _rss("VmRSS")
+{run}
+print("DEEPDIVE_PEAK " + json.dumps({{"baseline": _baseline, "peak": _rss("VmHWM")}}))
+"""
+
+
+def host_peak_rss(run: str, setup: str = "", timeout_s: float = 600) -> MemoryReading:
+    """Peak resident memory that the code `run` adds, measured in a fresh Python process.
+
+    `setup` (imports, inputs) runs first and is not counted: the kernel's high-water mark
+    is reset after it, so the reading is exact rather than sampled. Linux only (it reads
+    /proc). JAX GPU preallocation is switched off in the child.
+    """
+    if not os.path.exists("/proc/self/clear_refs"):
+        raise OSError("host_peak_rss reads /proc/self/status and /proc/self/clear_refs: Linux only")
+    script = _PEAK_RSS_SCRIPT.format(setup=textwrap.dedent(setup), run=textwrap.dedent(run))
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=timeout_s, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the measured code failed in its own process:\n{done.stderr[-2000:]}")
+    line = next(x for x in done.stdout.splitlines() if x.startswith("DEEPDIVE_PEAK "))
+    readings = json.loads(line.removeprefix("DEEPDIVE_PEAK "))
+    return MemoryReading(
+        readings["peak"] - readings["baseline"],
+        "VmHWM - VmRSS in a fresh process (/proc/self/status)",
+        "host memory the code added at its peak, all allocators and threads",
+    )
+
+
+def psutil_rss_deltas(fn: Callable[[], object], calls: int) -> np.ndarray:
+    """The seed's method: RSS after minus RSS before each call, in bytes, in this process.
+
+    Kept to show why it misleads: allocators keep freed memory, so most calls read zero
+    and the first reads everything; other threads' allocations land in any call's delta.
+    """
+    import psutil
+
+    if not isinstance(calls, int) or calls < 1:
+        raise ValueError(f"calls must be an integer >= 1, got {calls!r}")
+    process = psutil.Process()
+    deltas = np.empty(calls, dtype=np.int64)
+    for i in range(calls):
+        before = process.memory_info().rss
+        block(fn())
+        deltas[i] = process.memory_info().rss - before
+    return deltas
+
+
+def nvml_used(index: int = 0) -> MemoryReading | None:
+    """Device-wide used memory as the driver reports it; ``None`` without an NVIDIA GPU.
+
+    It counts every process and every reserved byte: under JAX's default preallocation
+    (75% of the GPU at the first array) it says nothing about a workload's needs.
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # noqa: BLE001 - no driver or no device: nothing to read
+        return None
+    used = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+    return MemoryReading(int(used), "NVML nvmlDeviceGetMemoryInfo().used",
+                         "the whole device: all processes, reserved and cached memory")

@@ -1,0 +1,92 @@
+"""Tidy result records, saved under `_build/results/` for later chapters and the guide.
+
+One row per measured value: chapter, experiment, framework, variant, size, metric, value,
+unit, device. Chapter 1 introduces `Results`; chapter 6 reads every chapter's file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from deepdive import env
+from deepdive.timing import Timing
+
+COLUMNS = ("chapter", "experiment", "framework", "variant", "size", "metric", "value",
+           "unit", "device", "scale")
+
+
+@dataclass(frozen=True)
+class Record:
+    chapter: str
+    experiment: str
+    framework: str
+    variant: str
+    size: float | int | str
+    metric: str
+    value: float
+    unit: str
+    device: str
+    scale: str
+
+
+def results_dir() -> Path:
+    """`DEEPDIVE_RESULTS_DIR`, else `_build/results` at the book's root (found by `_toc.yml`)."""
+    override = os.environ.get("DEEPDIVE_RESULTS_DIR")
+    if override:
+        return Path(override)
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").exists():
+            return folder / "_build" / "results"
+    return here / "_build" / "results"
+
+
+class Results:
+    """The records of one chapter; `save()` writes them to `<results_dir>/<chapter>.csv`."""
+
+    def __init__(self, chapter: str):
+        if not chapter or not isinstance(chapter, str):
+            raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
+        self.chapter = chapter
+        self.records: list[Record] = []
+        self._device = env.device_label()
+        self._scale = env.scale()
+
+    def add(self, experiment: str, framework: str, variant: str, size, metric: str,
+            value: float, unit: str) -> None:
+        self.records.append(Record(self.chapter, experiment, framework, variant, size, metric,
+                                   float(value), unit, self._device, self._scale))
+
+    def add_timing(self, experiment: str, framework: str, variant: str, size,
+                   timing: Timing) -> None:
+        """Median, IQR and first-call time of a Timing, in seconds."""
+        for metric, value in (("median", timing.median), ("iqr", timing.iqr),
+                              ("first_call", timing.first_call)):
+            self.add(experiment, framework, variant, size, metric, value, "s")
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.records], columns=COLUMNS)
+
+    def save(self) -> Path:
+        folder = results_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.chapter}.csv"
+        self.frame().to_csv(path, index=False)
+        return path
+
+
+def load(chapter: str):
+    """The saved records of `chapter` as a DataFrame; a clear error when it has not run."""
+    import pandas as pd
+
+    path = results_dir() / f"{chapter}.csv"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no results for chapter {chapter!r} at {path}: build that chapter first "
+            "(make book) or run its notebook"
+        )
+    return pd.read_csv(path)
