@@ -8,9 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.deepdive-installed
 # Inductor's compiled kernels live with the build, so `make clean` clears them too.
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/_build/inductor-cache
-# Quiet, reproducible library start-up inside the build.
+# Reproducible hashing inside the build.
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 
 .PHONY: book test lab clean env
 
@@ -23,8 +22,9 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# DEEPDIVE_BUILD=1 keeps progress bars out of the executed pages.
 book: $(STAMP)
-	$(BIN)/jupyter-book build . -W --keep-going
+	DEEPDIVE_BUILD=1 $(BIN)/jupyter-book build . -W --keep-going
 
 test: book
 	$(BIN)/ruff check src tests notebooks

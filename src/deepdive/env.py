@@ -118,6 +118,33 @@ def threads() -> dict[str, int | str | None]:
     return counts
 
 
+def pin_cpu_threads(n: int | None = None) -> int:
+    """Give PyTorch and XLA's CPU backend the same number of threads (default: all cores).
+
+    XLA has no thread-count flag: it sizes its CPU thread pool from the process's CPU
+    affinity when jax is imported. So the affinity mask is narrowed to `n` cores (if
+    fewer than available) and torch is told the same number. Call it before
+    `import jax`. Chapter 1 explains why (protocol rule 5).
+    """
+    available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    cores = len(available) if available else os.cpu_count()
+    n = cores if n is None else n
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= cores:
+        raise ValueError(f"n must be a number of threads from 1 to {cores} (this machine's "
+                         f"available cores), got {n!r}")
+    if "jax" in sys.modules:
+        raise RuntimeError("pin_cpu_threads must run before `import jax`: XLA sizes its thread "
+                           "pool once, at start-up; restart the kernel and call it first")
+    if available and n < cores:
+        os.sched_setaffinity(0, available[:n])
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(n)
+    return n
+
+
 def devices() -> dict[str, str | None]:
     """The accelerator, driver and CUDA versions, or None where there is none."""
     found: dict[str, str | None] = {"gpu": gpu_name(), "driver": None, "cuda (torch build)": None}
@@ -171,6 +198,15 @@ def describe() -> dict[str, object]:
         **precision(),
         **{f"version {name}": v for name, v in versions().items()},
     }
+
+
+def progress(iterable, desc: str = "", total: int | None = None):
+    """A progress bar in Jupyter; nothing inside the book build (`DEEPDIVE_BUILD=1`)."""
+    if os.environ.get("DEEPDIVE_BUILD") == "1":
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, leave=False)
 
 
 def device_label() -> str:

@@ -79,6 +79,19 @@ class Results:
         return path
 
 
+def glue(name: str, value) -> None:
+    """Glue a value for the page's prose (`{glue:text}` role), numpy scalars made plain.
+
+    myst-nb formats glued numbers from their text form, which for numpy scalars is
+    ``np.float64(...)``; converting first keeps format specs such as ``:.2f`` working.
+    """
+    from myst_nb import glue as myst_glue
+
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    myst_glue(name, value, display=False)
+
+
 def load(chapter: str):
     """The saved records of `chapter` as a DataFrame; a clear error when it has not run."""
     import pandas as pd

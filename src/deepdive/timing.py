@@ -109,6 +109,7 @@ def measure(
     min_block_s: float = 0.01,
     min_calls: int = 1,
     sync: Callable | None = block,
+    check: Callable[[object], None] | None = None,
 ) -> Timing:
     """Time ``fn(*args)``: first call apart, then `blocks` synced blocks of calls.
 
@@ -119,6 +120,8 @@ def measure(
     min_calls: at least this many timed calls in all (the seed's 1000 iterations).
     sync: called on each block's outputs before the clock stops; ``None`` times dispatch
         only, which is wrong for asynchronous frameworks and exists to show that.
+    check: called with the first call's output before anything else is timed; it
+        raises when the output is wrong (correct before fast).
     """
     if not callable(fn):
         raise TypeError(
@@ -127,7 +130,8 @@ def measure(
         )
     name = label or getattr(fn, "__name__", "fn")
     return compare({name: lambda: fn(*args)}, blocks=blocks, warmup=warmup,
-                   min_block_s=min_block_s, min_calls=min_calls, sync=sync)[name]
+                   min_block_s=min_block_s, min_calls=min_calls, sync=sync,
+                   check=None if check is None else {name: check})[name]
 
 
 def compare(
@@ -138,15 +142,21 @@ def compare(
     min_block_s: float = 0.01,
     min_calls: int = 1,
     sync: Callable | None = block,
+    check: Mapping[str, Callable[[object], None]] | None = None,
 ) -> dict[str, Timing]:
     """Time several zero-argument callables with their blocks interleaved (A B C, B C A, ...).
 
     Interleaving spreads slow drifts of the machine (thermal, background load) over all
     variants instead of charging them to whichever ran last. Returns a Timing per label,
-    in the given order; `table` turns it into a tidy frame with speed-ups.
+    in the given order; `table` turns it into a tidy frame with speed-ups. `check` maps
+    labels to functions that validate the first call's output before any timing.
     """
     _check_options(variants, blocks, warmup, min_block_s, min_calls, sync)
-    runners = [_Runner(label, fn, sync) for label, fn in variants.items()]
+    checks = dict(check or {})
+    unknown = set(checks) - set(variants)
+    if unknown:
+        raise KeyError(f"check names variants that do not exist: {sorted(unknown)}")
+    runners = [_Runner(label, fn, sync, checks.get(label)) for label, fn in variants.items()]
     for runner in runners:
         runner.prepare(warmup, min_block_s, math.ceil(min_calls / blocks))
     for round_index in range(blocks):
@@ -179,36 +189,43 @@ def table(timings: Mapping[str, Timing], baseline: str | None = None):
 class _Runner:
     """One variant's state while `compare` interleaves it with the others."""
 
-    def __init__(self, label: str, fn: Callable[[], object], sync: Callable | None):
-        self.label, self.fn, self.sync = label, fn, sync
+    def __init__(self, label: str, fn: Callable[[], object], sync: Callable | None,
+                 check: Callable[[object], None] | None = None):
+        self.label, self.fn, self.sync, self.check = label, fn, sync, check
         self.samples: list[float] = []
         self.calls_per_block = 1
         self.first_call = math.nan
         self.recompiles = 0
 
     def _run(self, calls: int) -> float:
-        outputs = []
+        self.outputs = []
         start = time.perf_counter()
         for _ in range(calls):
-            outputs.append(self.fn())
+            self.outputs.append(self.fn())
         if self.sync is not None:
-            self.sync(outputs)
+            self.sync(self.outputs)
         return time.perf_counter() - start
 
     def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
         self.first_call = self._run(1)
+        if self.check is not None:
+            self.check(self.outputs[0])
         for _ in range(warmup):
             self._run(1)
-        calls, elapsed = 1, self._run(1)
-        # Grow through 1, 2, 5, 10, 20, 50, ... calls until a block is long enough.
-        while elapsed < min_block_s and calls < _MAX_CALLS_PER_BLOCK:
+        calls = 1
+        # Grow through 1, 2, 5, 10, 20, 50, ... calls until a block is long enough. An
+        # interruption (or a size's first, colder run) can make one run look long enough,
+        # which would leave every timed block short, so a second run must agree.
+        while calls < _MAX_CALLS_PER_BLOCK and not (
+            self._run(calls) >= min_block_s and self._run(calls) >= min_block_s
+        ):
             calls = _next_block_size(calls)
-            elapsed = self._run(calls)
         self.calls_per_block = max(calls, min_calls_per_block)
 
     def time_block(self) -> None:
         before = compilations()
         elapsed = self._run(self.calls_per_block)
+        self.outputs = []
         self.recompiles += compilations() - before
         self.samples.append(elapsed / self.calls_per_block)
 
@@ -278,7 +295,9 @@ def _check_options(variants, blocks, warmup, min_block_s, min_calls, sync) -> No
     if not isinstance(min_block_s, int | float) or not min_block_s >= 0:
         raise ValueError(f"min_block_s must be a number of seconds >= 0, got {min_block_s!r}")
     if sync is not None and not callable(sync):
-        raise TypeError(f"sync must be a callable such as deepdive.sync.block, or None; got {sync!r}")
+        raise TypeError(
+            f"sync must be a callable such as deepdive.sync.block, or None; got {sync!r}"
+        )
 
 
 def _fmt(seconds: float) -> str:

@@ -1,0 +1,112 @@
+"""The built site: every page in _toc.yml exists, chapters show their figures and tables,
+no output carries an error, launch buttons name the paired notebook, pairs are in sync.
+
+`make test` builds the book first. Run alone, these tests skip when there is no build,
+except under CI (CI=true), where a missing build is a failure.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import jupytext
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
+# What each chapter must show at least (issue: the vmap chapter has 3 figures and a table).
+MIN_FIGURES = {"01_vmap": 3}
+ERROR_MARKERS = ("Traceback (most recent call last)", "Error in callback", "DeadKernelError")
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [chapter["file"] for chapter in part["chapters"]]
+    return files
+
+
+def page(doc: str) -> BeautifulSoup:
+    return BeautifulSoup((HTML / f"{doc}.html").read_text(), "html.parser")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_site():
+    if not (HTML / "index.html").exists():
+        message = f"no built site at {HTML}: run `make book` (or `make test`) first"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.mark.parametrize("doc", toc_files())
+def test_every_toc_page_is_built(doc):
+    assert (HTML / f"{doc}.html").is_file()
+
+
+@pytest.mark.parametrize("doc", toc_files())
+def test_no_page_shows_an_error_or_traceback(doc):
+    soup = page(doc)
+    text = soup.get_text()
+    for marker in ERROR_MARKERS:
+        assert marker not in text, f"{doc} shows {marker!r}"
+    assert not soup.select(".output.traceback, .output.error"), f"{doc} has an error output"
+
+
+@pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
+def test_chapter_images_exist_and_meet_the_minimum(chapter):
+    soup = page(f"notebooks/{chapter}")
+    figures = [img for img in soup.select("main img") if "_images/" in img.get("src", "")]
+    for img in figures:
+        target = (HTML / "notebooks" / img["src"]).resolve()
+        assert target.is_file() and target.stat().st_size > 1000, f"broken image {img['src']}"
+    assert len(figures) >= MIN_FIGURES.get(chapter, 1), f"{chapter}: {len(figures)} figures"
+
+
+def test_vmap_chapter_has_the_glued_speedup_table():
+    soup = page("notebooks/01_vmap")
+    figure = soup.find(id="tbl-vmap-speedups")
+    assert figure is not None, "the speed-up table (glue:figure tbl-vmap-speedups) is missing"
+    rows = figure.find_all("tr")
+    assert len(rows) > 4
+    assert "95% interval" in figure.get_text()
+
+
+@pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
+def test_launch_and_download_buttons_point_at_the_paired_notebook(chapter):
+    soup = page(f"notebooks/{chapter}")
+    links = [a.get("href", "") for a in soup.find_all("a")]
+    expected = f"notebooks/{chapter}.ipynb"
+    colab = [h for h in links if h.startswith("https://colab.research.google.com/")]
+    binder = [h for h in links if h.startswith("https://mybinder.org/")]
+    download = [h for h in links if h.endswith(f"_sources/notebooks/{chapter}.ipynb")]
+    assert colab and all(h.endswith(expected) for h in colab), colab
+    assert binder and all(h.endswith(expected) for h in binder), binder
+    assert download and (HTML / "_sources" / "notebooks" / f"{chapter}.ipynb").is_file()
+
+
+@pytest.mark.parametrize("md", NOTEBOOKS, ids=lambda p: p.name)
+def test_paired_notebook_is_in_sync_with_its_markdown(md):
+    ipynb = md.with_suffix(".ipynb")
+    assert ipynb.is_file(), f"{md.name} has no pair: run jupytext --sync {md}"
+    text, notebook = jupytext.read(md), jupytext.read(ipynb)
+    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]  # noqa: E731
+    assert cells(text) == cells(notebook), f"run: jupytext --sync {md.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("md", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebook_has_no_outputs(md):
+    notebook = json.loads(md.with_suffix(".ipynb").read_text())
+    for cell in notebook["cells"]:
+        assert not cell.get("outputs"), f"{md.with_suffix('.ipynb').name} carries outputs"
+
+
+def test_chapter_results_were_saved():
+    path = ROOT / "_build" / "results" / "01_vmap.csv"
+    assert path.is_file(), "the vmap chapter did not save its results"
+    header = path.read_text().splitlines()[0]
+    assert header.startswith("chapter,experiment,framework,variant,size,metric,value,unit")
