@@ -1,0 +1,119 @@
+"""deepdive.env: the build's scale and the provenance printed beside every number."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import psutil
+import pytest
+import torch
+
+from deepdive import env
+
+
+@pytest.mark.parametrize(("value", "expected"), [("small", "small"), ("full", "full"),
+                                                  (" Full ", "full")])
+def test_scale_honours_deepdive_scale(monkeypatch, value, expected):
+    monkeypatch.setenv("DEEPDIVE_SCALE", value)
+
+    assert env.scale() == expected
+
+
+def test_scale_rejects_an_unknown_value_listing_the_accepted_ones(monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_SCALE", "medium")
+
+    with pytest.raises(ValueError, match="'medium' is not a scale; accepted values: small, full"):
+        env.scale()
+
+
+@pytest.mark.skipif(env.gpu_name() is not None, reason="a GPU is present: the default is full")
+def test_scale_defaults_to_small_without_a_gpu(monkeypatch):
+    monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
+
+    assert env.scale() == "small"
+
+
+def test_scale_defaults_to_full_where_a_gpu_is_visible(monkeypatch):
+    monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
+    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+
+    assert env.scale() == "full"
+
+
+@pytest.mark.parametrize(("scale", "expected"), [("small", 4), ("full", 1000)])
+def test_by_scale_picks_the_value_for_the_scale(monkeypatch, scale, expected):
+    monkeypatch.setenv("DEEPDIVE_SCALE", scale)
+
+    assert env.by_scale(small=4, full=1000) == expected
+
+
+def test_describe_reports_machine_versions_scale_and_threads(monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_SCALE", "small")
+
+    found = env.describe()
+
+    assert found["cpu"] and found["cpu"] == env.cpu_model()
+    assert found["ram GiB"] == pytest.approx(psutil.virtual_memory().total / 2**30, abs=0.1)
+    assert found["version torch"] == torch.__version__
+    assert found["version jax"] == jax.__version__
+    assert found["scale"] == "small"
+    assert found["torch intra-op threads"] == torch.get_num_threads()
+    assert found["os.cpu_count"] == os.cpu_count()
+    assert found["jax backend"] == jax.default_backend()
+
+
+def test_describe_reports_the_precision_settings_in_force():
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        with jax.default_matmul_precision("highest"):
+            found = env.describe()
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+    assert found["torch float32_matmul_precision"] == "high"
+    assert found["torch cuda.matmul.allow_tf32"] is True  # "high" lets matmuls use TF32
+    assert found["jax default_matmul_precision"] == "highest"
+    assert found["jax enable_x64"] is False
+
+
+def test_helpers_import_no_framework_so_precision_reports_none():
+    code = ("import sys; from deepdive import env, flops, memory, plots, results, sync, timing; "
+            "print(sorted(env.precision()), 'torch' in sys.modules, 'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert out.stdout.strip() == "[] False False"
+
+
+def test_git_commit_is_none_outside_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    assert env.git_commit() is None
+
+
+@pytest.mark.parametrize("n", [0, -1, 10_000, 1.5])
+def test_pin_cpu_threads_rejects_a_count_outside_the_available_cores(n):
+    with pytest.raises(ValueError, match="n must be a number of threads from 1 to"):
+        env.pin_cpu_threads(n)
+
+
+def test_pin_cpu_threads_refuses_once_jax_is_imported():
+    with pytest.raises(RuntimeError, match="must run before `import jax`"):
+        env.pin_cpu_threads(1)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to pin to 1")
+def test_pin_cpu_threads_gives_torch_and_the_process_the_same_count():
+    code = ("import os, torch; from deepdive.env import pin_cpu_threads; pin_cpu_threads(1); "
+            "print(len(os.sched_getaffinity(0)), torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert out.stdout.split() == ["1", "1"]
+
+
+def test_progress_is_silent_inside_the_book_build(monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_BUILD", "1")
+    steps = range(3)
+
+    assert env.progress(steps, desc="sweep") is steps

@@ -1,0 +1,124 @@
+"""deepdive.flops: formulas against worked examples, counters against each other."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from deepdive.flops import (
+    gpt_flops_per_token,
+    matmul_flops,
+    measured_matmul_peak,
+    mfu,
+    peak_flops,
+    torch_counted_flops,
+    vit_flops_per_image,
+    xla_counted_flops,
+)
+
+SHAPES = [(64, 32, 16), (48, 80, 24), (1, 7, 3)]
+
+
+@pytest.mark.parametrize(("m", "k", "n"), SHAPES)
+def test_matmul_flops_is_2mkn(m, k, n):
+    assert matmul_flops(m, k, n) == 2 * m * k * n
+
+
+@pytest.mark.parametrize(("m", "k", "n"), SHAPES)
+def test_matmul_flops_matches_pytorchs_counter(m, k, n):
+    counted = torch_counted_flops(torch.mm, torch.ones(m, k), torch.ones(k, n))
+
+    assert counted == matmul_flops(m, k, n)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), SHAPES)
+def test_matmul_flops_matches_xlas_cost_analysis(m, k, n):
+    a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+
+    assert xla_counted_flops(jax.jit(jnp.matmul), a, b) == matmul_flops(m, k, n)
+
+
+def test_xla_counted_flops_rejects_a_function_that_is_not_jitted():
+    with pytest.raises(TypeError, match="needs a jax.jit-wrapped function"):
+        xla_counted_flops(lambda a, b: a @ b, np.ones((2, 2)), np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0])
+def test_matmul_flops_rejects_sizes_that_are_not_positive_integers(bad):
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        matmul_flops(4, bad, 4)
+
+
+def test_gpt_flops_per_token_of_gpt2_124m():
+    # nanoGPT's GPT-2 small: 123.65M parameters without the position embedding,
+    # L=12 layers, H=12 heads of Q=64, T=1024 tokens of context.
+    # 6N = 741,920,256 and 12*L*H*Q*T = 12*12*12*64*1024 = 113,246,208.
+    assert gpt_flops_per_token(123_653_376, 12, 12, 64, 1024) == 855_166_464
+
+
+def test_vit_flops_per_image_is_tokens_times_flops_per_token():
+    # ViT-B/16 at 224 px: 196 patches and a class token; 86M parameters.
+    per_token = gpt_flops_per_token(86_000_000, 12, 12, 64, 197)
+
+    assert vit_flops_per_image(86_000_000, 12, 12, 64, 197) == 197 * per_token
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "tflops"),
+    [
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312),
+        ("NVIDIA A100-SXM4-80GB", "fp32", 19.5),
+        ("NVIDIA A100-PCIE-40GB", "tf32", 156),
+        ("NVIDIA H100 80GB HBM3", "bf16", 989),  # the SXM part reports no form factor
+        ("NVIDIA H100 PCIe", "bf16", 756),
+        ("NVIDIA H200", "fp16", 989),
+        ("NVIDIA L4", "bf16", 121),
+    ],
+)
+def test_peak_flops_gives_datasheet_values_for_driver_names(device, dtype, tflops):
+    peak, source = peak_flops(device, dtype)
+
+    assert peak == tflops * 1e12
+    assert "datasheet" in source
+
+
+@pytest.mark.parametrize(
+    "device", ["NVIDIA L40S", "NVIDIA H100 NVL", "Tesla T4", "AMD EPYC 7B13"]
+)
+def test_peak_flops_refuses_to_guess_an_unknown_device(device):
+    with pytest.raises(ValueError, match=r"no datasheet peak.*known devices: A100, H100 SXM"):
+        peak_flops(device, "bf16")
+
+
+def test_peak_flops_rejects_an_unknown_dtype():
+    with pytest.raises(ValueError, match="dtype 'fp8' is not known; accepted: fp32, tf32"):
+        peak_flops("NVIDIA A100-SXM4-80GB", "fp8")
+
+
+def test_mfu_is_achieved_flops_over_peak():
+    # 1 TFLOP in 0.5 s is 2 TFLOP/s, a quarter of an 8 TFLOP/s peak
+    assert mfu(1e12, 0.5, 8e12) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [((0, 1.0, 1e12), "flops_per_step"), ((1e9, 0.0, 1e12), "step_time_s"),
+     ((1e9, 1.0, -1.0), "peak_flops_per_s"), ((1e9, float("nan"), 1e12), "step_time_s")],
+)
+def test_mfu_rejects_values_that_are_not_positive(args, name):
+    with pytest.raises(ValueError, match=f"{name} must be positive"):
+        mfu(*args)
+
+
+def test_measured_matmul_peak_is_the_matmul_flops_over_its_median_time():
+    flop_per_s, timing = measured_matmul_peak(n=256)
+
+    assert flop_per_s == matmul_flops(256, 256, 256) / timing.median
+    # Plausible for a CPU: above 100 MFLOP/s, below 10 TFLOP/s (no CPU core reaches 1).
+    assert 1e8 < flop_per_s < 1e13
+
+
+def test_measured_matmul_peak_rejects_a_dtype_it_cannot_measure():
+    with pytest.raises(ValueError, match="dtype 'tf32' is not measurable here; accepted"):
+        measured_matmul_peak(n=8, dtype="tf32")
