@@ -122,3 +122,19 @@ def test_measured_matmul_peak_is_the_matmul_flops_over_its_median_time():
 def test_measured_matmul_peak_rejects_a_dtype_it_cannot_measure():
     with pytest.raises(ValueError, match="dtype 'tf32' is not measurable here; accepted"):
         measured_matmul_peak(n=8, dtype="tf32")
+
+
+def test_measured_copy_bandwidth_counts_read_and_write_of_each_copy():
+    from deepdive.flops import measured_copy_bandwidth
+
+    bytes_per_s, timing = measured_copy_bandwidth(2**24)
+
+    assert bytes_per_s == pytest.approx(2 * 2**24 / timing.median)
+    assert 1e8 < bytes_per_s < 1e13  # between a floppy disk and a GPU's HBM
+
+
+def test_measured_copy_bandwidth_rejects_a_bad_size():
+    from deepdive.flops import measured_copy_bandwidth
+
+    with pytest.raises(ValueError, match="n_bytes must be an integer >= 4"):
+        measured_copy_bandwidth(2)

@@ -1,0 +1,87 @@
+"""deepdive.compilation: JAX's stages timed cold, kernels counted in optimized HLO."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from deepdive.compilation import (
+    break_even_calls,
+    entry_kernels,
+    fusions,
+    jax_compile_stages,
+)
+from deepdive.timing import compilations
+
+HLO = """HloModule demo
+%fused_a (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %s = f32[8]{0} sine(%p)
+}
+ENTRY %main (x: f32[8], y: f32[8,8]) -> f32[8] {
+  %x = f32[8]{0} parameter(0)
+  %y = f32[8,8]{1,0} parameter(1)
+  %sin_fusion = f32[8]{0} fusion(%x), kind=kLoop, calls=%fused_a
+  %gemm = f32[8]{0} custom-call(%y, %sin_fusion), custom_call_target="__cublas$gemm"
+  ROOT %reduce_fusion.2 = f32[8]{0} fusion(%gemm), kind=kInput, calls=%fused_a
+}
+"""
+
+
+def test_fusions_lists_each_fusion_of_the_entry_computation_with_its_kind():
+    assert fusions(HLO) == [("sin_fusion", "kLoop"), ("reduce_fusion.2", "kInput")]
+
+
+def test_entry_kernels_counts_fusions_and_library_calls():
+    assert entry_kernels(HLO) == 3
+
+
+def test_an_elementwise_chain_compiles_to_one_fused_kernel():
+    compiled = jax.jit(lambda x: jnp.sin(x) * 2 + 1).lower(jnp.ones(1024)).compile()
+
+    assert entry_kernels(compiled.as_text()) == 1
+
+
+def test_text_without_an_entry_computation_is_rejected():
+    with pytest.raises(ValueError, match="no ENTRY computation"):
+        fusions("{ lambda ; a:f32[]. let  in (a,) }")
+
+
+def test_compile_stages_are_timed_and_the_executable_is_right():
+    x = jnp.arange(8.0)
+
+    stages, compiled = jax_compile_stages(lambda v: v * 3 + 1, x)
+
+    assert stages.trace > 0 and stages.lower > 0 and stages.compile > 0
+    assert stages.total == pytest.approx(stages.trace + stages.lower + stages.compile)
+    np.testing.assert_allclose(compiled(x), np.arange(8.0) * 3 + 1)
+
+
+def test_compile_stages_compile_cold_every_time():
+    # With JAX's in-memory caches left in place, the second call would compile nothing.
+    def f(v):
+        return v - 1
+
+    x = jnp.ones(4)
+    before = compilations()
+    jax_compile_stages(f, x)
+    jax_compile_stages(f, x)
+
+    assert compilations() - before == 2
+
+
+def test_compile_stages_rejects_a_non_callable():
+    with pytest.raises(TypeError, match="needs a function"):
+        jax_compile_stages(3, jnp.ones(2))
+
+
+def test_break_even_divides_compile_time_by_the_time_saved_per_call():
+    assert break_even_calls(compile_s=1.0, eager_s=0.003, compiled_s=0.001) == pytest.approx(500)
+    assert break_even_calls(1.0, eager_s=0.001, compiled_s=0.002) == math.inf
+
+
+def test_break_even_rejects_negative_times():
+    with pytest.raises(ValueError, match="compile_s must be a number of seconds >= 0"):
+        break_even_calls(-1.0, 0.1, 0.01)
