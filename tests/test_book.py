@@ -17,8 +17,9 @@ from bs4 import BeautifulSoup
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
-# What each chapter must show at least (issue: the vmap chapter has 3 figures and a table).
-MIN_FIGURES = {"01_vmap": 3}
+# What each chapter must show at least (the issues: vmap 3 figures, jit/XLA 4).
+MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4}
+GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict"}
 ERROR_MARKERS = ("Traceback (most recent call last)", "Error in callback", "DeadKernelError")
 
 
@@ -67,13 +68,15 @@ def test_chapter_images_exist_and_meet_the_minimum(chapter):
     assert len(figures) >= MIN_FIGURES.get(chapter, 1), f"{chapter}: {len(figures)} figures"
 
 
-def test_vmap_chapter_has_the_glued_speedup_table():
-    soup = page("notebooks/01_vmap")
-    figure = soup.find(id="tbl-vmap-speedups")
-    assert figure is not None, "the speed-up table (glue:figure tbl-vmap-speedups) is missing"
-    rows = figure.find_all("tr")
-    assert len(rows) > 4
-    assert "95% interval" in figure.get_text()
+@pytest.mark.parametrize(("chapter", "table_id"), GLUED_TABLES.items())
+def test_chapter_has_its_glued_summary_table(chapter, table_id):
+    figure = page(f"notebooks/{chapter}").find(id=table_id)
+    assert figure is not None, f"the summary table (glue:figure {table_id}) is missing"
+    assert len(figure.find_all("tr")) > 3
+
+
+def test_vmap_summary_gives_intervals():
+    assert "95% interval" in page("notebooks/01_vmap").find(id="tbl-vmap-speedups").get_text()
 
 
 @pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
@@ -105,8 +108,9 @@ def test_committed_notebook_has_no_outputs(md):
         assert not cell.get("outputs"), f"{md.with_suffix('.ipynb').name} carries outputs"
 
 
-def test_chapter_results_were_saved():
-    path = ROOT / "_build" / "results" / "01_vmap.csv"
-    assert path.is_file(), "the vmap chapter did not save its results"
+@pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
+def test_chapter_results_were_saved(chapter):
+    path = ROOT / "_build" / "results" / f"{chapter}.csv"
+    assert path.is_file(), f"{chapter} did not save its results"
     header = path.read_text().splitlines()[0]
     assert header.startswith("chapter,experiment,framework,variant,size,metric,value,unit")

@@ -137,21 +137,21 @@ def measured_matmul_peak(n: int = 1024, dtype: str = "fp32", device: str = "cpu"
     return matmul_flops(n, n, n) / timing.median, timing
 
 
-def measured_copy_bandwidth(n_bytes: int = 2**26):
-    """This machine's achieved memory bandwidth: a NumPy copy of `n_bytes`, timed.
+def measured_copy_bandwidth(n_bytes: int = 2**26, device: str = "cpu"):
+    """Achieved memory bandwidth of `device`: a PyTorch copy of `n_bytes`, timed synced.
 
     Returns ``(bytes_per_s, Timing)``, counting the read and the write (2 x n_bytes per
     copy). Pick `n_bytes` well above the last-level cache, or the number is a cache's.
     A measured ceiling for memory-bound work (chapter 2's fusion experiment).
     """
-    import numpy as np
+    import torch
 
     from deepdive.timing import measure
 
     if not isinstance(n_bytes, int) or n_bytes < 4:
         raise ValueError(f"n_bytes must be an integer >= 4, got {n_bytes!r}")
-    source = np.ones(n_bytes // 4, dtype=np.float32)
-    target = np.empty_like(source)
-    timing = measure(np.copyto, target, source, label=f"copy {n_bytes / 2**20:.0f} MiB",
+    source = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)
+    target = torch.empty_like(source)
+    timing = measure(target.copy_, source, label=f"copy {n_bytes / 2**20:.0f} MiB",
                      blocks=7, min_block_s=0.05)
     return 2 * source.nbytes / timing.median, timing
