@@ -117,3 +117,16 @@ def test_progress_is_silent_inside_the_book_build(monkeypatch):
     steps = range(3)
 
     assert env.progress(steps, desc="sweep") is steps
+
+
+def test_fresh_inductor_cache_is_a_new_empty_folder_under_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(tmp_path / "_build" / "results"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+
+    first = env.fresh_inductor_cache("03_torch_compile")
+    second = env.fresh_inductor_cache("03_torch_compile")
+
+    assert first != second and not any(first.iterdir())
+    assert first.parent == tmp_path / "_build" / "inductor-cache"
+    assert first.name.startswith("03_torch_compile-")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(second)
