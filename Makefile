@@ -30,8 +30,9 @@ test: book
 	$(BIN)/ruff check src tests notebooks
 	$(BIN)/python -m pytest
 
+# Jupyter refuses to run as root unless told; containers often run as root.
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache
