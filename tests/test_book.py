@@ -18,9 +18,11 @@ from bs4 import BeautifulSoup
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
-# What each chapter must show at least (the issues: vmap 3 figures, jit/XLA 4, compile 4).
-MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4}
-GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict"}
+# What each chapter must show at least (the issues: vmap 3 figures, jit/XLA 4, compile 4,
+# ViT training 4).
+MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4, "04_vit_training": 4}
+GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict",
+                "04_vit_training": "tbl-vit-summary"}
 ERROR_MARKERS = ("Traceback (most recent call last)", "Error in callback", "DeadKernelError")
 
 
@@ -78,7 +80,8 @@ def test_chapter_has_its_glued_summary_table(chapter, table_id):
     assert len(figure.find_all("tr")) > 3
 
 
-@pytest.mark.parametrize(("chapter", "least"), [("02_jit_xla", 2), ("03_torch_compile", 1)])
+@pytest.mark.parametrize(("chapter", "least"), [("02_jit_xla", 2), ("03_torch_compile", 1),
+                                               ("04_vit_training", 1)])
 def test_cells_meant_to_fail_do_show_their_error(chapter, least):
     failing = page(f"notebooks/{chapter}").select(".tag_raises-exception")
     assert len(failing) >= least
@@ -87,6 +90,13 @@ def test_cells_meant_to_fail_do_show_their_error(chapter, least):
 
 def test_vmap_summary_gives_intervals():
     assert "95% interval" in page("notebooks/01_vmap").find(id="tbl-vmap-speedups").get_text()
+
+
+def test_vit_summary_gives_intervals_and_the_parity_check_passed():
+    soup = page("notebooks/04_vit_training")
+    assert re.search(r"\dx \[\d+\.\d+, \d+\.\d+\]", soup.find(id="tbl-vit-summary").get_text())
+    parity_text = soup.find(id="proof-of-equivalence").get_text()
+    assert "within tolerance" in parity_text and "False" not in parity_text.split("A broken")[0]
 
 
 @pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])

@@ -7,7 +7,9 @@ import torch
 
 from deepdive import env
 from deepdive.memory import (
+    host_call_peak,
     host_peak_rss,
+    is_out_of_memory,
     jax_device_peak,
     nvml_used,
     psutil_rss_deltas,
@@ -103,3 +105,47 @@ def test_jax_device_peak_is_none_on_cpu():
 @no_gpu
 def test_nvml_used_is_none_without_a_gpu():
     assert nvml_used() is None
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch", "jax"])
+def test_host_call_peak_counts_a_temporary_200mb_allocation(framework):
+    n = 200 * MB // 4
+    make = {"numpy": lambda: np.ones(n, np.float32).sum(),
+            "torch": lambda: torch.ones(n).sum(),
+            "jax": lambda: jax.numpy.ones(n).sum()}[framework]
+    make()  # warm-up: compile caches stay out of the reading
+
+    reading = host_call_peak(make)
+
+    assert reading.bytes == pytest.approx(200 * MB, rel=RSS_TOLERANCE)
+
+
+def test_host_call_peak_sees_pages_the_allocator_had_cached():
+    n = 200 * MB // 8
+    np.ones(n).sum()  # the same size was allocated and freed just before
+
+    assert host_call_peak(lambda: np.ones(n).sum()).bytes > 0.9 * 200 * MB
+
+
+def test_host_call_peak_ignores_resident_state():
+    resident = np.ones(200 * MB // 8)
+
+    assert host_call_peak(lambda: resident.sum()).bytes < 0.05 * 200 * MB
+
+
+@pytest.mark.parametrize("allocate", [
+    lambda: torch.empty(2**62 // 4),
+    lambda: np.empty(2**42),
+    lambda: jax.block_until_ready(jax.numpy.zeros(2**60 // 4)),
+], ids=["torch", "numpy", "jax"])
+def test_a_real_failed_allocation_is_out_of_memory(allocate):
+    with pytest.raises(Exception) as failure:
+        allocate()
+
+    assert is_out_of_memory(failure.value)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("shape mismatch"), ValueError("out of memory"),
+                                   KeyError("x")])
+def test_other_errors_are_not_out_of_memory(error):
+    assert not is_out_of_memory(error)

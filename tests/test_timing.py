@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from deepdive.timing import Timing, compare, compilations, measure, speedup, table
+from deepdive.timing import OutOfMemory, Timing, compare, compilations, measure, speedup, table
 
 # time.sleep(d) never returns early, and overshoots d by the scheduler's wake-up latency
 # (about 0.1 ms on the 2-core CI machine). 30% of 5 ms leaves room for a busy machine.
@@ -269,3 +269,39 @@ def test_a_failing_check_stops_measure_before_anything_is_timed():
 def test_compare_rejects_a_check_for_a_variant_that_does_not_exist():
     with pytest.raises(KeyError, match=r"check names variants that do not exist: \['b'\]"):
         compare({"a": lambda: 1}, check={"b": print})
+
+
+def allocate_too_much():
+    return torch.empty(2**62 // 4)  # 4 EiB: the allocator refuses at once
+
+
+def test_record_oom_keeps_the_sweep_going_past_a_variant_that_does_not_fit():
+    timings = compare({"fits": lambda: torch.ones(4), "too big": allocate_too_much},
+                      blocks=2, min_block_s=0, record_oom=True)
+
+    assert isinstance(timings["fits"], Timing) and timings["fits"].n == 2
+    assert isinstance(timings["too big"], OutOfMemory)
+    assert "can't allocate memory" in timings["too big"].error
+    frame = table(timings, baseline="fits")
+    assert frame.set_index("variant")["out_of_memory"].to_dict() == {"fits": False,
+                                                                     "too big": True}
+
+
+def test_out_of_memory_is_raised_unless_recorded():
+    with pytest.raises(RuntimeError, match="can't allocate memory"):
+        compare({"too big": allocate_too_much}, blocks=1, min_block_s=0)
+
+
+def test_record_oom_never_swallows_other_errors():
+    def broken():
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        compare({"broken": broken}, blocks=1, min_block_s=0, record_oom=True)
+
+
+def test_an_out_of_memory_baseline_is_refused():
+    timings = {"base": OutOfMemory("base", "out of memory")}
+
+    with pytest.raises(ValueError, match="ran out of memory"):
+        table(timings, baseline="base")

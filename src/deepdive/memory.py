@@ -4,14 +4,18 @@
 - How much has JAX used on the GPU (whole process)?    `jax_device_peak`
 - What does XLA plan to allocate for a program?        `xla_memory_plan`
 - How much host memory does a workload take at peak?   `host_peak_rss` (fresh process)
+- How much host memory does one more call add?         `host_call_peak` (this process)
 - What does the GPU driver see, all processes?         `nvml_used`
 - The seed's method, kept to show its limits:          `psutil_rss_deltas`
+- Did that fail for lack of memory?                    `is_out_of_memory`
 
 Chapter 1 compares them on the vmap workloads.
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import subprocess
@@ -140,6 +144,54 @@ def host_peak_rss(run: str, setup: str = "", timeout_s: float = 600) -> MemoryRe
         "VmHWM - VmRSS in a fresh process (/proc/self/status)",
         "host memory the code added at its peak, all allocators and threads",
     )
+
+
+def host_call_peak(fn: Callable[[], object]) -> MemoryReading:
+    """Peak host memory that one call of `fn` adds, measured in this process (Linux, glibc).
+
+    For steady-state steps after warm-up: compile caches and resident state (weights,
+    optimizer moments) stay; what the call allocates and frees again (activations,
+    gradients, temporaries) is counted. Freed heap pages are first handed back to the
+    kernel (`malloc_trim`), so reuse of cached pages cannot hide the call's needs; then
+    the high-water mark is reset and read after the synced call.
+    """
+    if not os.path.exists("/proc/self/clear_refs"):
+        raise OSError("host_call_peak reads /proc/self/status and /proc/self/clear_refs: "
+                      "Linux only")
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    before = _rss("VmRSS")
+    block(fn())
+    return MemoryReading(_rss("VmHWM") - before,
+                         "VmHWM - VmRSS around one call, after malloc_trim (this process)",
+                         "host memory the call added at its peak, all allocators and threads")
+
+
+def _rss(field: str) -> int:
+    """A memory field of /proc/self/status (VmRSS, VmHWM), in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field} line")
+
+
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "resource_exhausted",
+                "cannot allocate memory")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True when `error` says an allocation failed: PyTorch (CUDA or CPU), JAX/XLA, NumPy.
+
+    A sweep records such a configuration as OOM and goes on; any other error is a bug and
+    should propagate.
+    """
+    if isinstance(error, MemoryError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(m in text for m in _OOM_MARKERS)
 
 
 def psutil_rss_deltas(fn: Callable[[], object], calls: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from deepdive.memory import is_out_of_memory
 from deepdive.sync import block
 
 NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns above the same ratio
@@ -86,6 +87,17 @@ class Timing:
         )
 
 
+@dataclass(frozen=True)
+class OutOfMemory:
+    """A variant that could not run for lack of memory: a result, not a crash (sweeps)."""
+
+    label: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.label}: out of memory ({self.error})"
+
+
 def speedup(baseline: Timing, candidate: Timing) -> tuple[float, float, float]:
     """How many times faster `candidate` is than `baseline`, with a bootstrap 95% interval.
 
@@ -143,13 +155,17 @@ def compare(
     min_calls: int = 1,
     sync: Callable | None = block,
     check: Mapping[str, Callable[[object], None]] | None = None,
-) -> dict[str, Timing]:
+    record_oom: bool = False,
+) -> dict[str, Timing | OutOfMemory]:
     """Time several zero-argument callables with their blocks interleaved (A B C, B C A, ...).
 
     Interleaving spreads slow drifts of the machine (thermal, background load) over all
     variants instead of charging them to whichever ran last. Returns a Timing per label,
     in the given order; `table` turns it into a tidy frame with speed-ups. `check` maps
     labels to functions that validate the first call's output before any timing.
+    With `record_oom`, a variant that runs out of memory (`memory.is_out_of_memory`)
+    becomes an `OutOfMemory` entry and the others go on; other errors always propagate.
+    Chapter 4's batch-size sweep uses it.
     """
     _check_options(variants, blocks, warmup, min_block_s, min_calls, sync)
     checks = dict(check or {})
@@ -157,13 +173,27 @@ def compare(
     if unknown:
         raise KeyError(f"check names variants that do not exist: {sorted(unknown)}")
     runners = [_Runner(label, fn, sync, checks.get(label)) for label, fn in variants.items()]
+    failed: dict[str, OutOfMemory] = {}
+
+    def attempt(runner, action) -> None:
+        if runner.label in failed:
+            return
+        try:
+            action()
+        except Exception as error:
+            if not (record_oom and is_out_of_memory(error)):
+                raise
+            runner.outputs = []  # let the framework reclaim what the failed call held
+            failed[runner.label] = OutOfMemory(runner.label, str(error).strip().split("\n")[0])
+
     for runner in runners:
-        runner.prepare(warmup, min_block_s, math.ceil(min_calls / blocks))
+        attempt(runner, lambda r=runner: r.prepare(warmup, min_block_s,
+                                                   math.ceil(min_calls / blocks)))
     for round_index in range(blocks):
         shift = round_index % len(runners)
         for runner in runners[shift:] + runners[:shift]:
-            runner.time_block()
-    return {runner.label: runner.result() for runner in runners}
+            attempt(runner, runner.time_block)
+    return {r.label: failed.get(r.label) or r.result() for r in runners}
 
 
 def table(timings: Mapping[str, Timing], baseline: str | None = None):
@@ -172,12 +202,17 @@ def table(timings: Mapping[str, Timing], baseline: str | None = None):
 
     if baseline is not None and baseline not in timings:
         raise KeyError(f"baseline {baseline!r} is not among the variants: {list(timings)}")
+    if baseline is not None and isinstance(timings[baseline], OutOfMemory):
+        raise ValueError(f"baseline {baseline!r} ran out of memory; pick a variant that ran")
     rows = []
     for label, t in timings.items():
+        if isinstance(t, OutOfMemory):
+            rows.append({"variant": label, "out_of_memory": True})
+            continue
         row = {
             "variant": label, "median_s": t.median, "iqr_s": t.iqr, "min_s": t.min,
             "n_blocks": t.n, "calls": t.calls, "first_call_s": t.first_call,
-            "noisy": t.noisy, "recompiles": t.recompiles,
+            "noisy": t.noisy, "recompiles": t.recompiles, "out_of_memory": False,
         }
         if baseline is not None:
             ratio, lo, hi = speedup(timings[baseline], t)

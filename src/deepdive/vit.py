@@ -1,0 +1,249 @@
+"""A Vision Transformer in Flax NNX that mirrors Hugging Face's PyTorch `ViTForImageClassification`.
+
+transformers 5 ships no Flax models, so chapter 4 compares HF's PyTorch ViT with this
+mirror: the same modules under the same names (`vit.layers.3.attention.q_proj`, ...), the
+same math (exact GELU, fp32 softmax, LayerNorm epsilon from the config), and
+`port_hf_weights` to copy a PyTorch model's weights in. Images are NHWC here (Flax's
+convolution layout) and NCHW on the PyTorch side; `nchw_to_nhwc` converts.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+ATTENTION = ("eager", "dot_product_attention")
+_ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
+
+
+class ViTPatchEmbeddings(nnx.Module):
+    def __init__(self, config, *, dtype, param_dtype, rngs: nnx.Rngs):
+        patch = _pair(config.patch_size)
+        self.projection = nnx.Conv(config.num_channels, config.hidden_size, kernel_size=patch,
+                                   strides=patch, padding="VALID", dtype=dtype,
+                                   param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, images):
+        patches = self.projection(images)  # (batch, rows, cols, hidden)
+        # Row-major flattening, as PyTorch's flatten(2) on NCHW does.
+        return patches.reshape(patches.shape[0], -1, patches.shape[-1])
+
+
+class ViTEmbeddings(nnx.Module):
+    def __init__(self, config, *, dtype, param_dtype, rngs: nnx.Rngs):
+        height, width = _pair(config.image_size)
+        patch_h, patch_w = _pair(config.patch_size)
+        n_tokens = (height // patch_h) * (width // patch_w) + 1
+        init = nnx.initializers.truncated_normal(config.initializer_range)
+        self.cls_token = nnx.Param(init(rngs.params(), (1, 1, config.hidden_size), param_dtype))
+        self.position_embeddings = nnx.Param(
+            init(rngs.params(), (1, n_tokens, config.hidden_size), param_dtype))
+        self.patch_embeddings = ViTPatchEmbeddings(config, dtype=dtype, param_dtype=param_dtype,
+                                                   rngs=rngs)
+        self.image_size = (height, width)
+        self.dtype = dtype
+
+    def __call__(self, images):
+        if tuple(images.shape[1:3]) != self.image_size:
+            raise ValueError(f"images must be NHWC with H, W = {self.image_size}; "
+                             f"got shape {tuple(images.shape)}")
+        patches = self.patch_embeddings(images)
+        cls = jnp.broadcast_to(self.cls_token[...], (patches.shape[0], 1, patches.shape[-1]))
+        tokens = jnp.concatenate([cls.astype(patches.dtype), patches], axis=1)
+        return (tokens + self.position_embeddings[...]).astype(self.dtype)
+
+
+class ViTAttention(nnx.Module):
+    def __init__(self, config, *, attention, dtype, param_dtype, rngs: nnx.Rngs):
+        hidden, heads = config.hidden_size, config.num_attention_heads
+        self.head_dim = getattr(config, "head_dim", None) or hidden // heads
+        self.heads = heads
+        self.attention = attention
+        width = heads * self.head_dim
+
+        def linear(n_in, n_out, bias):
+            return nnx.Linear(n_in, n_out, use_bias=bias, dtype=dtype, param_dtype=param_dtype,
+                              rngs=rngs)
+
+        self.q_proj = linear(hidden, width, config.qkv_bias)
+        self.k_proj = linear(hidden, width, config.qkv_bias)
+        self.v_proj = linear(hidden, width, config.qkv_bias)
+        self.o_proj = linear(width, hidden, True)
+
+    def __call__(self, x):
+        batch, tokens, _ = x.shape
+        split = (batch, tokens, self.heads, self.head_dim)
+        q, k, v = (proj(x).reshape(split) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if self.attention == "eager":
+            out = eager_attention(q, k, v, self.head_dim ** -0.5)
+        else:
+            out = jax.nn.dot_product_attention(q, k, v, scale=self.head_dim ** -0.5)
+        return self.o_proj(out.reshape(batch, tokens, -1))
+
+
+def eager_attention(q, k, v, scale):
+    """HF's eager_attention_forward: scores, softmax in fp32, weighted values."""
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    weights = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(q.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+class ViTMLP(nnx.Module):
+    def __init__(self, config, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.activation_fn = _ACTIVATIONS[config.hidden_act]
+        self.fc1 = nnx.Linear(config.hidden_size, config.intermediate_size, dtype=dtype,
+                              param_dtype=param_dtype, rngs=rngs)
+        self.fc2 = nnx.Linear(config.intermediate_size, config.hidden_size, dtype=dtype,
+                              param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x):
+        return self.fc2(self.activation_fn(self.fc1(x)))
+
+
+class ViTLayer(nnx.Module):
+    """Pre-norm transformer block: x + attention(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, config, *, attention, dtype, param_dtype, rngs: nnx.Rngs):
+        def layer_norm():
+            return nnx.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps, dtype=dtype,
+                                 param_dtype=param_dtype, rngs=rngs)
+
+        self.attention = ViTAttention(config, attention=attention, dtype=dtype,
+                                      param_dtype=param_dtype, rngs=rngs)
+        self.layernorm_before = layer_norm()
+        self.layernorm_after = layer_norm()
+        self.mlp = ViTMLP(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, x):
+        x = x + self.attention(self.layernorm_before(x))
+        return x + self.mlp(self.layernorm_after(x))
+
+
+class ViTModel(nnx.Module):
+    def __init__(self, config, *, attention, dtype, param_dtype, rngs: nnx.Rngs):
+        self.embeddings = ViTEmbeddings(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.layers = nnx.List([
+            ViTLayer(config, attention=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+            for _ in range(config.num_hidden_layers)
+        ])
+        self.layernorm = nnx.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps,
+                                       dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, images):
+        x = self.embeddings(images)
+        for layer in self.layers:
+            x = layer(x)
+        return self.layernorm(x)
+
+
+class ViTForImageClassification(nnx.Module):
+    """The NNX twin of `transformers.ViTForImageClassification`; returns fp32 logits.
+
+    config: a `transformers.ViTConfig` (or anything with the same attributes).
+    attention: "eager" (HF's eager math, written out) or "dot_product_attention"
+        (`jax.nn.dot_product_attention`, which XLA or cuDNN may fuse).
+    dtype / param_dtype: computation and parameter dtypes (bf16 mixed precision is
+        ``dtype=jnp.bfloat16, param_dtype=jnp.float32``).
+    """
+
+    def __init__(self, config, *, attention: str = "eager", dtype=jnp.float32,
+                 param_dtype=jnp.float32, rngs: nnx.Rngs):
+        _check_config(config, attention)
+        kwargs = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.vit = ViTModel(config, attention=attention, **kwargs)
+        self.classifier = nnx.Linear(config.hidden_size, config.num_labels, **kwargs)
+
+    def __call__(self, images):
+        hidden = self.vit(images)
+        return self.classifier(hidden[:, 0]).astype(jnp.float32)
+
+
+def nchw_to_nhwc(images):
+    """PyTorch's image layout to Flax's: (batch, C, H, W) -> (batch, H, W, C)."""
+    return np.transpose(np.asarray(images), (0, 2, 3, 1))
+
+
+def nnx_path(hf_name: str) -> tuple[tuple[str | int, ...], str]:
+    """Where an HF parameter lives in the NNX model, and how its array must be laid out.
+
+    Returns (path, layout) with layout "linear" (transpose (out, in) -> (in, out)), "conv"
+    ((O, I, kh, kw) -> (kh, kw, I, O)) or "same". Raises KeyError for unknown names.
+    """
+    parts = tuple(int(p) if p.isdigit() else p for p in hf_name.split("."))
+    *module, leaf = parts
+    if module[-1] == "projection" and leaf == "weight":
+        return (*module, "kernel"), "conv"
+    if leaf in ("cls_token", "position_embeddings"):
+        return parts, "same"
+    if leaf == "bias":
+        return parts, "same"
+    if leaf == "weight" and str(module[-1]).startswith("layernorm"):
+        return (*module, "scale"), "same"
+    if leaf == "weight":
+        return (*module, "kernel"), "linear"
+    raise KeyError(f"no NNX place for HF parameter {hf_name!r}")
+
+
+def to_nnx_layout(array: np.ndarray, layout: str) -> np.ndarray:
+    """Re-lay one HF array for NNX (see `nnx_path`)."""
+    if layout == "linear":
+        return array.T
+    if layout == "conv":
+        return np.transpose(array, (2, 3, 1, 0))
+    return array
+
+
+def hf_arrays_as_nnx(named_arrays) -> dict[tuple, np.ndarray]:
+    """HF-named arrays (parameters or their gradients) keyed by NNX path, re-laid for NNX."""
+    out = {}
+    for name, array in named_arrays:
+        path, layout = nnx_path(name)
+        out[path] = to_nnx_layout(np.asarray(array), layout)
+    return out
+
+
+def port_hf_weights(hf_model, model: ViTForImageClassification) -> None:
+    """Copy every parameter of an HF PyTorch ViT into `model`, in place.
+
+    Fails loudly when a parameter has no place, a shape disagrees, or an NNX parameter
+    is left without an HF source.
+    """
+    arrays = hf_arrays_as_nnx(
+        (name, p.detach().cpu().float().numpy()) for name, p in hf_model.named_parameters())
+    params = nnx.state(model, nnx.Param)
+    flat = dict(nnx.to_flat_state(params))
+    missing = sorted(set(flat) - set(arrays), key=str)
+    if missing:
+        raise KeyError(f"NNX parameters with no HF source: {missing}")
+    for path, array in arrays.items():
+        if path not in flat:
+            raise KeyError(f"HF parameter mapped to {path}, which the NNX model lacks")
+        variable = flat[path]
+        if variable.shape != array.shape:
+            raise ValueError(f"{path}: NNX shape {variable.shape} != ported {array.shape}")
+        variable.set_value(jnp.asarray(array, dtype=variable.dtype))
+    nnx.update(model, nnx.from_flat_state(flat))
+
+
+def _pair(value) -> tuple[int, int]:
+    return tuple(value) if isinstance(value, list | tuple) else (value, value)
+
+
+def _check_config(config, attention: str) -> None:
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
+    if config.hidden_act not in _ACTIVATIONS:
+        raise ValueError(f"hidden_act {config.hidden_act!r} is not mirrored; accepted: "
+                         f"{', '.join(_ACTIVATIONS)}")
+    dropouts = (config.hidden_dropout_prob, config.attention_probs_dropout_prob)
+    if any(dropouts):
+        raise ValueError(f"dropout must be 0.0 (the ViTConfig default) so both frameworks "
+                         f"compute the same function; got hidden/attention {dropouts}")
