@@ -1,6 +1,9 @@
 """deepdive.compilation: JAX's stages timed cold, kernels counted in optimized HLO."""
 
+import json
 import math
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +12,7 @@ import pytest
 
 from deepdive.compilation import (
     break_even_calls,
+    collectives,
     entry_kernels,
     fusions,
     jax_compile_stages,
@@ -85,3 +89,40 @@ def test_break_even_divides_compile_time_by_the_time_saved_per_call():
 def test_break_even_rejects_negative_times():
     with pytest.raises(ValueError, match="compile_s must be a number of seconds >= 0"):
         break_even_calls(-1.0, 0.1, 0.01)
+
+
+_SHARDED_PROGRAMS = """
+import json
+import jax
+jax.config.update("jax_num_cpu_devices", 4)
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+from deepdive.compilation import collectives
+mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("data")))
+grad = jax.jit(jax.grad(lambda w, x: jnp.mean((x @ w) ** 2)))
+counts = {}
+for name, spec in (("replicated", P()), ("sharded", P("data"))):
+    w = jax.device_put(jnp.ones((16, 4)), NamedSharding(mesh, spec))
+    counts[name] = collectives(grad.lower(w, x).compile().as_text())
+single = jax.jit(jax.grad(lambda w, x: jnp.mean((x @ w) ** 2)))
+counts["one device"] = collectives(single.lower(jnp.ones((16, 4)), jnp.ones((8, 16)))
+                                   .compile().as_text())
+print(json.dumps(counts))
+"""
+
+
+def test_collectives_finds_what_xla_inserts_for_data_and_parameter_sharding():
+    done = subprocess.run([sys.executable, "-c", _SHARDED_PROGRAMS], capture_output=True,
+                          text=True, timeout=120, check=True)
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert counts["replicated"]["all-reduce"] >= 1  # gradients summed across the batch shards
+    assert counts["replicated"]["all-gather"] == 0
+    assert counts["sharded"]["all-gather"] >= 1  # the sharded weight gathered for the matmul
+    assert sum(counts["one device"].values()) == 0
+
+
+def test_collectives_rejects_text_that_is_not_hlo():
+    with pytest.raises(ValueError, match="not an HLO module"):
+        collectives("def f(x): return x")

@@ -84,3 +84,24 @@ def break_even_calls(compile_s: float, eager_s: float, compiled_s: float) -> flo
             raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
     saved = eager_s - compiled_s
     return math.inf if saved <= 0 else compile_s / saved
+
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute",
+               "all-to-all")
+# An instruction whose opcode is a collective, in its synchronous or async-start form.
+_COLLECTIVE = re.compile(
+    r"=\s*[^=]*?\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(", re.MULTILINE)
+
+
+def collectives(hlo_text: str) -> dict[str, int]:
+    """How many of each cross-device collective a compiled XLA program runs.
+
+    Reads ``compiled.as_text()``; async pairs (``all-reduce-start``/``-done``) count once.
+    Chapter 5 lists what XLA inserted for each sharding strategy.
+    """
+    if "HloModule" not in hlo_text:
+        raise ValueError("not an HLO module (pass jitted.lower(...).compile().as_text())")
+    counts = dict.fromkeys(COLLECTIVES, 0)
+    for match in _COLLECTIVE.finditer(hlo_text):
+        counts[match.group(1)] += 1
+    return counts

@@ -1,0 +1,232 @@
+"""Data-parallel training with torch.distributed: DDP and FSDP2 (`fully_shard`), chapter 5.
+
+The same `train` runs in processes spawned from a notebook (`spawn`) and under torchrun:
+
+    torchrun --nnodes=2 --nproc-per-node=8 -m deepdive.torch_distributed --strategy fsdp2
+
+Each rank trains a small MLP on its slice of one global batch and writes what it saw
+(loss, full parameters after the first step, its local memory, its step times) to
+`out_dir`, so the caller can check N processes against one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+STRATEGIES = ("single", "ddp", "fsdp2")
+SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
+
+
+def make_model(width: int, depth: int, n_in: int = 64, n_out: int = 10, seed: int = 0):
+    """The chapter's MLP, identically initialised in every process."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    layers, size = [], n_in
+    for _ in range(depth):
+        layers += [nn.Linear(size, width), nn.GELU()]
+        size = width
+    layers.append(nn.Linear(size, n_out))
+    return nn.Sequential(*layers)
+
+
+def global_batch(batch_size: int, step: int, n_in: int = 64, n_out: int = 10):
+    """Batch number `step` of the run: the same in every process, so ranks can slice it."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1000 + step)
+    return (torch.randn(batch_size, n_in, generator=generator),
+            torch.randint(0, n_out, (batch_size,), generator=generator))
+
+
+def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 256,
+          depth: int = 3, batch_size: int = 64, steps: int = 20) -> None:
+    """One rank's run: wrap the model per `strategy`, train, and write the record."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from deepdive.sync import block
+    from deepdive.timing import Timing
+
+    _check(strategy, world, batch_size)
+    device = _device(rank, world)
+    if strategy != "single":
+        dist.init_process_group(_backend(world), rank=rank, world_size=world)
+    torch.set_num_threads(1)  # the ranks share this machine's cores
+    model = wrap(make_model(width, depth).to(device), strategy, world, device)
+    optimizer = torch.optim.SGD(model.parameters(), **SGD)
+    local = batch_size // world
+    counter = iter(range(10**9))
+
+    def step():
+        images, labels = global_batch(batch_size, next(counter))
+        x = images[rank * local:(rank + 1) * local].to(device)
+        y = labels[rank * local:(rank + 1) * local].to(device)
+        loss = F.cross_entropy(model(x), y)  # mean over the local slice
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)  # keep gradients allocated, as in training
+        return loss.detach()
+
+    start = time.perf_counter()
+    first_loss = block(step())
+    first_call = time.perf_counter() - start
+    losses = _all_ranks_mean(first_loss, strategy)
+    params = _full_parameters(model)
+    memory = _local_bytes(model, optimizer)
+    # A fixed count, one step per sample: every rank must run the same number of steps,
+    # or the collectives inside them wait forever (no autorange here).
+    samples = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        block(step())
+        samples.append(time.perf_counter() - start)
+    timing = Timing(f"{strategy} x{world}", np.asarray(samples), 1, first_call)
+    if strategy != "single":
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        np.savez(Path(out_dir) / f"{strategy}-params.npz", **params)
+    record = {"strategy": strategy, "rank": rank, "world": world, "loss": losses,
+              "backend": "none" if strategy == "single" else _backend(world),
+              "step_s_median": timing.median, "step_s_samples": timing.samples.tolist(),
+              **memory}
+    (Path(out_dir) / f"{strategy}-rank{rank}.json").write_text(json.dumps(record))
+
+
+def spawn(strategy: str, world: int, out_dir: str, **options) -> list[dict]:
+    """Run `train` in `world` fresh processes (torch.multiprocessing) and read their records."""
+    import torch.multiprocessing as mp
+
+    _check(strategy, world, options.get("batch_size", 64))
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(_free_port())
+    mp.spawn(_spawned, args=(strategy, world, out_dir, options), nprocs=world, join=True)
+    return read_records(strategy, out_dir)
+
+
+def read_records(strategy: str, out_dir: str) -> list[dict]:
+    """The per-rank records a run wrote, rank order, with rank 0's parameters attached."""
+    paths = sorted(Path(out_dir).glob(f"{strategy}-rank*.json"),
+                   key=lambda p: int(p.stem.split("rank")[1]))
+    records = [json.loads(p.read_text()) for p in paths]
+    with np.load(Path(out_dir) / f"{strategy}-params.npz") as params:
+        records[0]["params"] = dict(params)
+    return records
+
+
+def _spawned(rank, strategy, world, out_dir, options):
+    train(strategy, rank, world, out_dir, **options)
+
+
+def wrap(model, strategy: str, world: int, device):
+    """The model wrapped for `strategy`: DDP replicas, or FSDP2 shards per layer, or as is."""
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=None if device.type == "cpu" else
+                                       [device.index])
+    if strategy == "fsdp2":
+        from torch import nn
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(device.type, (world,))
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)  # each layer's parameters gathered on use
+        fully_shard(model, mesh=mesh)
+    return model
+
+
+def _full_parameters(model) -> dict[str, np.ndarray]:
+    """Every parameter, whole: FSDP2 shards are gathered (a collective, so all ranks call)."""
+    full = {}
+    for name, param in model.named_parameters():
+        tensor = param.full_tensor() if hasattr(param, "full_tensor") else param
+        # A copy: on a CPU .numpy() shares memory, and training goes on after this.
+        full[name.removeprefix("module.")] = tensor.detach().cpu().numpy().copy()
+    return full
+
+
+def _local_bytes(model, optimizer) -> dict[str, int]:
+    """Bytes this rank holds for parameters, gradients and optimizer state."""
+
+    def size(tensor):
+        tensor = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        return tensor.numel() * tensor.element_size()
+
+    params = list(model.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if hasattr(v, "numel")]
+    return {"param_bytes": sum(size(p) for p in params),
+            "grad_bytes": sum(size(p.grad) for p in params if p.grad is not None),
+            "optimizer_bytes": sum(size(v) for v in state)}
+
+
+def _all_ranks_mean(loss, strategy) -> float:
+    if strategy == "single":
+        return loss.item()
+    import torch.distributed as dist
+
+    total = loss.clone()
+    dist.all_reduce(total)
+    return total.item() / dist.get_world_size()
+
+
+def _backend(world: int) -> str:
+    import torch
+
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
+
+
+def _device(rank: int, world: int):
+    import torch
+
+    if _backend(world) == "nccl" and world > 1:
+        torch.cuda.set_device(rank)
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def _check(strategy: str, world: int, batch_size: int) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not isinstance(world, int) or world < 1:
+        raise ValueError(f"world size must be an integer >= 1, got {world!r}")
+    if strategy == "single" and world != 1:
+        raise ValueError(f"strategy 'single' runs one process, got world size {world}")
+    if batch_size % world:
+        raise ValueError(f"batch_size {batch_size} must split evenly over {world} ranks")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main() -> None:
+    """Entry point under torchrun, which sets RANK and WORLD_SIZE for every process."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", choices=STRATEGIES[1:], default="ddp")
+    parser.add_argument("--out-dir", default="_build/distributed")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    train(args.strategy, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.out_dir,
+          steps=args.steps)
+    print(f"rank {os.environ['RANK']} done in {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
