@@ -21,9 +21,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
 # What each chapter must show at least (the issues: vmap 3 figures, jit/XLA 4, compile 4,
 # ViT training 4, distributed 2).
 MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4, "04_vit_training": 4,
-               "05_distributed": 2}
+               "05_distributed": 2, "06_choosing": 1}
 GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict",
-                "04_vit_training": "tbl-vit-summary"}
+                "04_vit_training": "tbl-vit-summary", "06_choosing": "tbl-evidence"}
 ERROR_MARKERS = ("Traceback (most recent call last)", "Error in callback", "DeadKernelError")
 
 
@@ -82,7 +82,7 @@ def test_chapter_has_its_glued_summary_table(chapter, table_id):
 
 
 @pytest.mark.parametrize(("chapter", "least"), [("02_jit_xla", 2), ("03_torch_compile", 1),
-                                               ("04_vit_training", 1)])
+                                               ("04_vit_training", 1), ("06_choosing", 4)])
 def test_cells_meant_to_fail_do_show_their_error(chapter, least):
     failing = page(f"notebooks/{chapter}").select(".tag_raises-exception")
     assert len(failing) >= least
@@ -91,6 +91,14 @@ def test_cells_meant_to_fail_do_show_their_error(chapter, least):
 
 def test_vmap_summary_gives_intervals():
     assert "95% interval" in page("notebooks/01_vmap").find(id="tbl-vmap-speedups").get_text()
+
+
+def test_the_guide_read_every_chapters_results_in_this_build():
+    soup = page("notebooks/06_choosing")
+    text = soup.get_text()
+    assert "All five chapters' results were found." in text
+    assert "MISSING" not in soup.find(id="tbl-evidence").get_text()
+    assert soup.find(id="tbl-guide") is not None
 
 
 def test_vit_summary_gives_intervals_and_the_parity_check_passed():
