@@ -19,7 +19,6 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 # DEEPDIVE_BUILD=1 keeps progress bars out of the executed pages.

@@ -74,6 +74,18 @@ def test_chapter_images_exist_and_meet_the_minimum(chapter):
     assert len(figures) >= MIN_FIGURES.get(chapter, 1), f"{chapter}: {len(figures)} figures"
 
 
+@pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
+def test_figures_are_opaque_so_they_read_in_the_dark_theme_too(chapter):
+    from matplotlib.image import imread
+
+    soup = page(f"notebooks/{chapter}")
+    for img in soup.select("main img"):
+        if "_images/" in img.get("src", "") and img["src"].endswith(".png"):
+            pixels = imread(HTML / "notebooks" / img["src"])
+            if pixels.shape[-1] == 4:  # a transparent figure would show dark text on dark
+                assert pixels[..., 3].min() == 1.0, f"{img['src']} has transparent pixels"
+
+
 @pytest.mark.parametrize(("chapter", "table_id"), GLUED_TABLES.items())
 def test_chapter_has_its_glued_summary_table(chapter, table_id):
     figure = page(f"notebooks/{chapter}").find(id=table_id)
