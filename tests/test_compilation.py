@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from deepdive.compilation import (
+    Kernel,
     break_even_calls,
     collectives,
+    describe_kernels,
     entry_kernels,
     fusions,
     jax_compile_stages,
@@ -29,23 +31,49 @@ ENTRY %main (x: f32[8], y: f32[8,8]) -> f32[8] {
   %y = f32[8,8]{1,0} parameter(1)
   %sin_fusion = f32[8]{0} fusion(%x), kind=kLoop, calls=%fused_a
   %gemm = f32[8]{0} custom-call(%y, %sin_fusion), custom_call_target="__cublas$gemm"
+  %ynn = f32[8]{0} fusion(%x), kind=kCustom, calls=%fused_a, backend_config={YNN}
+  %t = (f32[8]{0}, f32[8]{0}) tuple(%ynn, %x)
+  %c = f32[8]{0} copy(%x)
   ROOT %reduce_fusion.2 = f32[8]{0} fusion(%gemm), kind=kInput, calls=%fused_a
 }
-"""
+""".replace("{YNN}", '{"fusion_config":{"kind":"__ynn_fusion"}}')
 
 
 def test_fusions_lists_each_fusion_of_the_entry_computation_with_its_kind():
-    assert fusions(HLO) == [("sin_fusion", "kLoop"), ("reduce_fusion.2", "kInput")]
+    assert fusions(HLO) == [("sin_fusion", "kLoop"), ("ynn", "kCustom"),
+                            ("reduce_fusion.2", "kInput")]
 
 
-def test_entry_kernels_counts_fusions_and_library_calls():
-    assert entry_kernels(HLO) == 3
+def test_entry_kernels_names_each_kernels_kind_and_skips_what_launches_nothing():
+    assert entry_kernels(HLO) == [
+        Kernel("sin_fusion", "loop"),
+        Kernel("gemm", "library call", "__cublas$gemm"),
+        Kernel("ynn", "custom", "__ynn_fusion"),
+        Kernel("c", "unfused op", "copy"),
+        Kernel("reduce_fusion.2", "input"),
+    ]
 
 
-def test_an_elementwise_chain_compiles_to_one_fused_kernel():
+def test_describe_kernels_counts_them_by_kind_for_the_prose():
+    assert describe_kernels(entry_kernels(HLO)) == (
+        "1 loop fusion, 1 library call (__cublas$gemm), 1 custom fusion (__ynn_fusion), "
+        "1 unfused op (copy), 1 input fusion")
+    assert describe_kernels([Kernel("a", "loop"), Kernel("b", "loop")]) == "2 loop fusions"
+    assert describe_kernels([]) == "no kernels"
+
+
+def test_an_elementwise_chain_compiles_to_one_xla_loop_fusion():
     compiled = jax.jit(lambda x: jnp.sin(x) * 2 + 1).lower(jnp.ones(1024)).compile()
 
-    assert entry_kernels(compiled.as_text()) == 1
+    assert [k.kind for k in entry_kernels(compiled.as_text())] == ["loop"]
+
+
+def test_a_batched_matmul_on_a_cpu_is_a_library_kernel_not_xla_code():
+    q = jnp.ones((64, 64, 32))
+    text = jax.jit(lambda a, b: a @ b.transpose(0, 2, 1)).lower(q, q).compile().as_text()
+
+    kinds = {k.kind for k in entry_kernels(text)}
+    assert kinds & {"custom", "library call"}, kinds  # YNNPACK, oneDNN or Eigen: not a loop
 
 
 def test_text_without_an_entry_computation_is_rejected():

@@ -112,6 +112,41 @@ def test_pin_cpu_threads_gives_torch_and_the_process_the_same_count():
     assert out.stdout.split() == ["1", "1"]
 
 
+def test_compute_threads_is_one_on_a_cpu_build_and_every_core_on_a_gpu(monkeypatch):
+    monkeypatch.delenv("DEEPDIVE_CPU_THREADS", raising=False)
+    monkeypatch.setattr(env, "gpu_name", lambda: None)
+    assert env.compute_threads() == env.CPU_BUILD_THREADS == 1
+
+    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA L4")
+    assert env.compute_threads() == len(os.sched_getaffinity(0))
+
+
+def test_compute_threads_honours_deepdive_cpu_threads(monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_CPU_THREADS", "1")
+
+    assert env.compute_threads() == 1
+
+
+@pytest.mark.parametrize("value", ["0", "two", "10000"])
+def test_compute_threads_rejects_a_bad_deepdive_cpu_threads(monkeypatch, value):
+    monkeypatch.setenv("DEEPDIVE_CPU_THREADS", value)
+
+    with pytest.raises(ValueError, match=f"DEEPDIVE_CPU_THREADS='{value}' is not a thread count"):
+        env.compute_threads()
+
+
+def test_cpu_flags_read_this_cpus_features():
+    flags = env.cpu_flags()
+
+    assert flags and all(" " not in flag for flag in flags)
+    assert env.bf16_native("cpu") == bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
+
+
+def test_bf16_native_rejects_an_unknown_device():
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        env.bf16_native("tpu")
+
+
 def test_progress_is_silent_inside_the_book_build(monkeypatch):
     monkeypatch.setenv("DEEPDIVE_BUILD", "1")
     steps = range(3)

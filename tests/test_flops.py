@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from deepdive.flops import (
+    Peak,
+    bf16_is_native,
     gpt_flops_per_token,
     matmul_flops,
     measured_matmul_peak,
@@ -111,17 +113,50 @@ def test_mfu_rejects_values_that_are_not_positive(args, name):
         mfu(*args)
 
 
-def test_measured_matmul_peak_is_the_matmul_flops_over_its_median_time():
-    flop_per_s, timing = measured_matmul_peak(n=256)
+def test_mfu_above_one_fails_and_names_the_peak():
+    with pytest.raises(ValueError, match=r"MFU 1.25 exceeds 1 against a peak of 8 TFLOP/s "
+                                         r"\(measured on this machine\)"):
+        mfu(1e12, 0.1, 8e12, peak_source="measured on this machine")
 
-    assert flop_per_s == matmul_flops(256, 256, 256) / timing.median
+
+def test_measured_matmul_peak_is_the_best_rate_over_its_shapes():
+    shapes = ((64, 64, 64), (256, 256, 256))
+
+    peak = measured_matmul_peak(shapes=shapes)
+
+    assert isinstance(peak, Peak) and peak.dtype == "fp32"
+    assert "measured on this machine" in peak.source and "2 shapes" in peak.source
     # Plausible for a CPU: above 100 MFLOP/s, below 10 TFLOP/s (no CPU core reaches 1).
-    assert 1e8 < flop_per_s < 1e13
+    assert 1e8 < peak.flops_per_s < 1e13
+    # No shape beats the best one by more than timing noise.
+    one = measured_matmul_peak(shapes=shapes[:1]).flops_per_s
+    assert one <= peak.flops_per_s * 1.5
 
 
 def test_measured_matmul_peak_rejects_a_dtype_it_cannot_measure():
     with pytest.raises(ValueError, match="dtype 'tf32' is not measurable here; accepted"):
-        measured_matmul_peak(n=8, dtype="tf32")
+        measured_matmul_peak(dtype="tf32", shapes=((8, 8, 8),))
+
+
+def test_measured_matmul_peak_needs_a_shape():
+    with pytest.raises(ValueError, match="shapes must name at least one"):
+        measured_matmul_peak(shapes=())
+
+
+@pytest.mark.parametrize(
+    ("flags", "capability", "native"),
+    [
+        ({"fma", "avx2", "avx512f"}, None, False),  # the CI machine of issue 11
+        ({"avx512f", "avx512_bf16"}, None, True),
+        ({"amx_bf16", "amx_tile"}, None, True),
+        ({"fp", "asimd", "bf16"}, None, True),  # Arm with the BF16 extension
+        (set(), (7, 5), False),  # a T4: bf16 runs emulated
+        (set(), (8, 0), True),  # an A100
+        ({"avx512_bf16"}, (7, 0), False),  # on a GPU the GPU decides, not the host CPU
+    ],
+)
+def test_bf16_is_native_only_with_the_instructions_for_it(flags, capability, native):
+    assert bf16_is_native(flags, capability) is native
 
 
 def test_measured_copy_bandwidth_counts_read_and_write_of_each_copy():

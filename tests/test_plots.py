@@ -4,10 +4,11 @@ import matplotlib
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 from deepdive import env
-from deepdive.plots import caption, plot_timings, provenance, use_house_style
+from deepdive.plots import bar_timings, caption, plot_timings, provenance, use_house_style
 from deepdive.timing import Timing
 
 
@@ -58,6 +59,26 @@ def test_plot_timings_rejects_an_unknown_unit(ax):
 def test_plot_timings_rejects_sizes_and_timings_of_different_lengths(ax):
     with pytest.raises(ValueError, match="2 sizes but 1 timings"):
         plot_timings(ax, [1, 2], [timing([1.0])], label="x")
+
+
+@pytest.mark.parametrize("horizontal", [True, False])
+def test_bar_timings_draws_medians_with_iqr_whiskers(ax, horizontal):
+    timings = [timing([1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3]), timing([2e-3, 3e-3, 4e-3, 5e-3, 6e-3])]
+
+    bar_timings(ax, ["a", "b"], timings, unit="ms", horizontal=horizontal)
+
+    (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+    lengths = [b.get_width() if horizontal else b.get_height() for b in bars]
+    assert lengths == pytest.approx([2, 4])
+    (whiskers,) = bars.errorbar.lines[2]
+    along = 0 if horizontal else 1
+    ends = [sorted(point[along] for point in segment) for segment in whiskers.get_segments()]
+    assert np.asarray(ends) == pytest.approx(np.array([[1.5, 2.5], [3, 5]]))
+
+
+def test_bar_timings_needs_one_label_per_timing(ax):
+    with pytest.raises(ValueError, match="1 labels but 2 timings"):
+        bar_timings(ax, ["a"], [timing([1.0]), timing([2.0])])
 
 
 def test_provenance_names_the_device_precision_and_scale(monkeypatch):

@@ -28,15 +28,17 @@ def test_add_makes_one_tidy_row_with_device_and_scale():
     }]
 
 
-def test_add_timing_records_median_iqr_and_first_call_in_seconds():
+def test_add_timing_records_median_iqr_first_call_blocks_and_noise():
     timing = Timing("t", np.array([1.0, 2.0, 3.0, 4.0, 5.0]), calls_per_block=1, first_call=9.0)
     results = Results("01_vmap")
 
     results.add_timing("matmul", "torch", "loop", 64, timing)
 
     frame = results.frame().set_index("metric")
-    assert frame.value.to_dict() == {"median": 3.0, "iqr": 2.0, "first_call": 9.0}
-    assert set(frame.unit) == {"s"}
+    assert frame.value.to_dict() == {"median": 3.0, "iqr": 2.0, "first_call": 9.0,
+                                     "blocks": 5.0, "noisy": 1.0}
+    assert frame.unit.to_dict() == {"median": "s", "iqr": "s", "first_call": "s",
+                                    "blocks": "count", "noisy": "flag"}
 
 
 def test_save_then_load_round_trips_the_records(results_in_tmp):

@@ -4,6 +4,7 @@ import itertools
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -70,7 +71,7 @@ def test_blocks_of_a_fast_function_last_at_least_min_block_s():
 
 
 def test_min_calls_is_honoured_across_blocks():
-    t = measure(lambda: None, blocks=4, min_calls=1000, min_block_s=0)
+    t = measure(lambda: None, blocks=4, min_calls=1000, min_block_s=0, max_blocks=4)
 
     assert t.n == 4
     assert t.calls >= 1000
@@ -80,7 +81,7 @@ def test_compare_interleaves_blocks_in_rotating_order():
     order = []
     variants = {name: (lambda name=name: order.append(name)) for name in "ABC"}
 
-    compare(variants, blocks=4, warmup=0, min_block_s=0)
+    compare(variants, blocks=4, warmup=0, min_block_s=0, max_blocks=4)
 
     timed = "".join(order[-12:])  # 4 rounds of one single-call block per variant
     assert timed == "ABC" + "BCA" + "CAB" + "ABC"
@@ -89,11 +90,42 @@ def test_compare_interleaves_blocks_in_rotating_order():
 def test_compare_returns_a_timing_per_variant_in_the_given_order():
     variants = {"zeta": lambda: None, "alpha": lambda: None, "mid": lambda: None}
 
-    timings = compare(variants, blocks=2, min_block_s=0)
+    timings = compare(variants, blocks=2, min_block_s=0, max_blocks=2)
 
     assert list(timings) == ["zeta", "alpha", "mid"]
     assert [t.label for t in timings.values()] == ["zeta", "alpha", "mid"]
     assert all(t.n == 2 for t in timings.values())
+
+
+def test_noisy_variants_get_more_rounds_up_to_max_blocks_and_stay_paired():
+    calls = itertools.count()
+
+    def erratic():  # every other block is twice as long: IQR/median far above 10%
+        spin(2e-4 if (next(calls) // 10) % 2 else 1e-4)
+
+    timings = compare({"erratic": erratic, "steady": lambda: spin(1e-4)}, blocks=5,
+                      max_blocks=9, min_block_s=0, min_calls=50)
+
+    assert timings["erratic"].noisy
+    assert timings["erratic"].n == timings["steady"].n == 9
+
+
+def test_a_steady_variant_stops_at_blocks():
+    t = measure(spin, 2e-4, blocks=5, max_blocks=40, min_block_s=0.002)
+
+    assert t.n == 5 or t.noisy  # only a noisy reading earns more rounds
+
+
+def test_max_blocks_below_blocks_is_refused():
+    with pytest.raises(ValueError, match=r"max_blocks must be an integer >= blocks \(5\)"):
+        measure(f, 1, blocks=5, max_blocks=3)
+
+
+def test_speedup_pairs_rounds_of_one_compare_call():
+    base = Timing("a", np.array([1.0, 3.0, 1.0, 3.0]), 1, 0.0, session=9)
+    cand = Timing("b", np.array([0.5, 1.5, 0.5, 1.5]), 1, 0.0, session=9)
+
+    assert speedup(base, cand) == (2.0, 2.0, 2.0)  # each round: exactly twice as fast
 
 
 def test_speedup_interval_contains_the_true_ratio_of_two_sleeps():
@@ -173,7 +205,8 @@ def test_recompiles_counts_jit_compilations_during_timed_blocks():
     sizes = itertools.count(1)
 
     # numpy inputs, so the only compilation per call is `double` on a new shape
-    t = measure(lambda: double(np.ones(next(sizes), np.float32)), blocks=3, min_block_s=0)
+    t = measure(lambda: double(np.ones(next(sizes), np.float32)), blocks=3, min_block_s=0,
+                max_blocks=3)
 
     assert t.recompiles == 3
 
@@ -199,7 +232,8 @@ def test_recompiles_counts_torch_compile_graphs_during_timed_blocks():
     double = torch.compile(lambda v: v * 2, backend="eager", dynamic=False)
     sizes = itertools.count(1)
 
-    t = measure(lambda: double(torch.ones(next(sizes))), blocks=3, min_block_s=0)
+    t = measure(lambda: double(torch.ones(next(sizes))), blocks=3, min_block_s=0,
+                max_blocks=3)
 
     assert t.recompiles == 3
 
@@ -277,7 +311,7 @@ def allocate_too_much():
 
 def test_record_oom_keeps_the_sweep_going_past_a_variant_that_does_not_fit():
     timings = compare({"fits": lambda: torch.ones(4), "too big": allocate_too_much},
-                      blocks=2, min_block_s=0, record_oom=True)
+                      blocks=2, min_block_s=0, record_oom=True, max_blocks=2)
 
     assert isinstance(timings["fits"], Timing) and timings["fits"].n == 2
     assert isinstance(timings["too big"], OutOfMemory)
@@ -305,3 +339,107 @@ def test_an_out_of_memory_baseline_is_refused():
 
     with pytest.raises(ValueError, match="ran out of memory"):
         table(timings, baseline="base")
+
+
+# --- Agreement with independent references, on work that allocates its output ---------
+
+def _median_of_alternating_runs(first, second, rounds=5):
+    """Medians of two timers' readings, taken alternately so a drift hits both alike."""
+    readings = {"first": [], "second": []}
+    for _ in range(rounds):
+        readings["first"].append(first())
+        readings["second"].append(second())
+    return np.median(readings["first"]), np.median(readings["second"])
+
+
+def test_measure_agrees_with_torch_utils_benchmark_on_an_allocating_matmul():
+    import torch.utils.benchmark as benchmark
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # torch.utils.benchmark's default: compare like with like
+    try:
+        a, b = torch.randn(384, 384), torch.randn(384, 384)  # a fresh 576 KiB output per call
+        reference = benchmark.Timer("torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b},
+                                    num_threads=1)
+        ours, theirs = _median_of_alternating_runs(
+            lambda: measure(torch.mm, a, b).median,
+            lambda: reference.blocked_autorange(min_run_time=0.75).median)
+    finally:
+        torch.set_num_threads(threads)
+
+    assert ours / theirs == pytest.approx(1, abs=0.10)
+
+
+def test_measure_agrees_with_a_hand_synced_jax_loop_on_an_allocating_chain():
+    chain = jax.jit(lambda v: jnp.tanh(v @ v) * 2 + 1)  # allocates its output every call
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((384, 384), dtype=np.float32))
+    chain(x).block_until_ready()
+
+    def hand_synced(calls=40, repeats=15):
+        per_call = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                chain(x).block_until_ready()
+            per_call.append((time.perf_counter() - start) / calls)
+        return float(np.median(per_call))
+
+    ours, theirs = _median_of_alternating_runs(lambda: measure(chain, x).median, hand_synced)
+
+    assert ours / theirs == pytest.approx(1, abs=0.10)
+
+
+def test_jax_finishes_a_devices_work_in_the_order_it_was_issued():
+    """The premise of syncing only a block's last output: when it is ready, so is the rest."""
+    big = jax.jit(lambda v, s: jnp.tanh(v @ v) * s)
+    tiny = jax.jit(lambda v: jnp.sin(v).sum())
+    x, y = jnp.ones((512, 512)), jnp.ones(16)
+    big(x, 1.0).block_until_ready()
+    tiny(y).block_until_ready()
+
+    for _ in range(20):
+        # Ten slow computations, then a fast one that depends on none of them.
+        outs = [big(x, float(i)) for i in range(10)] + [tiny(y)]
+        outs[-1].block_until_ready()
+        assert all(out.is_ready() for out in outs[:-1])
+
+
+def test_a_block_drops_each_output_when_the_next_call_returns():
+    alive, most_alive = set(), []
+
+    class Output:  # counts how many outputs exist while each new one is made
+        def __init__(self):
+            alive.add(id(self))
+            most_alive.append(len(alive))
+
+        def __del__(self):
+            alive.discard(id(self))
+
+    t = measure(Output, blocks=2, min_block_s=0, min_calls=40, max_blocks=2)
+
+    assert t.calls_per_block >= 20
+    # The previous output lives until the new one is bound, as in `for ...: y = f(x)`;
+    # a timer that kept a block's outputs would reach calls_per_block here.
+    assert max(most_alive) <= 2
+
+
+def test_every_output_is_waited_for_and_none_runs_more_than_one_call_ahead():
+    events = []
+
+    class Future:  # what an asynchronous framework returns: work still to be waited for
+        def __init__(self):
+            self.index = sum(kind == "issue" for kind, _ in events)
+            events.append(("issue", self.index))
+
+        def block_until_ready(self):
+            events.append(("wait", self.index))
+            return self
+
+    t = measure(Future, blocks=2, warmup=0, min_block_s=0, min_calls=20, max_blocks=2)
+
+    assert t.calls_per_block >= 10
+    issued = [i for kind, i in events if kind == "issue"]
+    assert {i for kind, i in events if kind == "wait"} == set(issued)  # all awaited
+    for position, (kind, index) in enumerate(events):
+        if kind == "wait":  # call i is awaited before call i + 2 is issued
+            assert sum(k == "issue" for k, _ in events[:position]) <= index + 2

@@ -118,17 +118,38 @@ def threads() -> dict[str, int | str | None]:
     return counts
 
 
+# One compute thread per framework on CPU builds: on the 2-core build machine two threads
+# barely sped these workloads up and made their medians far less stable (the methodology
+# page measures both on every build). DEEPDIVE_CPU_THREADS overrides.
+CPU_BUILD_THREADS = 1
+
+
+def compute_threads() -> int:
+    """How many CPU threads both frameworks get: ``DEEPDIVE_CPU_THREADS``, else one on a
+    CPU build, else every core (a GPU build's host threads feed the device and compile)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    chosen = os.environ.get("DEEPDIVE_CPU_THREADS", "").strip()
+    if chosen:
+        if not chosen.isdigit() or not 1 <= int(chosen) <= cores:
+            raise ValueError(f"DEEPDIVE_CPU_THREADS={chosen!r} is not a thread count; accepted: "
+                             f"an integer from 1 to {cores} (this machine's available cores)")
+        return int(chosen)
+    return min(CPU_BUILD_THREADS, cores) if gpu_name() is None else cores
+
+
 def pin_cpu_threads(n: int | None = None) -> int:
-    """Give PyTorch and XLA's CPU backend the same number of threads (default: all cores).
+    """Give PyTorch and XLA's CPU backend the same number of threads (default:
+    `compute_threads()`).
 
     XLA has no thread-count flag: it sizes its CPU thread pool from the process's CPU
-    affinity when jax is imported. So the affinity mask is narrowed to `n` cores (if
+    affinity when its backend starts. So the affinity mask is narrowed to `n` cores (if
     fewer than available) and torch is told the same number. Call it before
-    `import jax`. Chapter 1 explains why (protocol rule 5).
+    `import jax`. Chapter 1 explains why (protocol rule 5); the methodology page measures
+    how the choice affects the stability of timings.
     """
     available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cores = len(available) if available else os.cpu_count()
-    n = cores if n is None else n
+    n = compute_threads() if n is None else n
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= cores:
         raise ValueError(f"n must be a number of threads from 1 to {cores} (this machine's "
                          f"available cores), got {n!r}")
@@ -143,6 +164,33 @@ def pin_cpu_threads(n: int | None = None) -> int:
 
         torch.set_num_threads(n)
     return n
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (x86 `flags`, Arm `Features`); empty
+    where there is no /proc."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return set()
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def bf16_native(device: str = "cpu") -> bool:
+    """Whether bf16 runs in hardware on `device` ("cpu" or "cuda"); see
+    `deepdive.flops.bf16_is_native`. Chapter 3 labels emulated bf16 rows."""
+    from deepdive.flops import bf16_is_native
+
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    capability = None
+    if device == "cuda":
+        import torch
+
+        capability = torch.cuda.get_device_capability()
+    return bf16_is_native(cpu_flags(), capability)
 
 
 def devices() -> dict[str, str | None]:

@@ -2,14 +2,17 @@
 
 MFU = analytic FLOPs per step / median step time / peak FLOP/s for that device and
 dtype. Peaks come from datasheets (dense, no sparsity) for known GPUs; an unknown
-device raises rather than guess. On a CPU the peak is measured (`measured_matmul_peak`)
-and the book says so. Chapter 1 introduces the matmul count; chapters 3 and 4 use MFU.
+device raises rather than guess. On a CPU the peak is measured (`measured_matmul_peak`,
+the best rate over several matmul shapes) and the book says so. An MFU above 1 is a
+wrong peak or a wrong FLOP count, never a result: `mfu` raises. Chapter 1 introduces the
+matmul count; chapters 3 and 4 use MFU.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
@@ -89,13 +92,26 @@ def _table_key(device_name: str) -> str | None:
     return None
 
 
-def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float) -> float:
-    """Model FLOPs utilisation, a fraction: flops_per_step / step_time_s / peak."""
+def mfu(flops_per_step: float, step_time_s: float, peak_flops_per_s: float,
+        peak_source: str = "the given peak") -> float:
+    """Model FLOPs utilisation, a fraction: flops_per_step / step_time_s / peak.
+
+    Raises when the result exceeds 1, naming the peak: either that peak is not this
+    device's (a measured one taken on too few shapes or threads) or the FLOPs are
+    overcounted. Printing it would be nonsense.
+    """
     for name, value in (("flops_per_step", flops_per_step), ("step_time_s", step_time_s),
                         ("peak_flops_per_s", peak_flops_per_s)):
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
-    return flops_per_step / step_time_s / peak_flops_per_s
+    utilisation = flops_per_step / step_time_s / peak_flops_per_s
+    if utilisation > 1:
+        raise ValueError(
+            f"MFU {utilisation:.2f} exceeds 1 against a peak of "
+            f"{peak_flops_per_s / 1e12:.4g} TFLOP/s ({peak_source}): the peak is too low "
+            "for this device, or the FLOP count is too high"
+        )
+    return utilisation
 
 
 def torch_counted_flops(fn: Callable, *args) -> int:
@@ -118,11 +134,29 @@ def xla_counted_flops(jitted: Callable, *args) -> float:
     return float(cost["flops"])
 
 
-def measured_matmul_peak(n: int = 1024, dtype: str = "fp32", device: str = "cpu"):
-    """This machine's achieved matmul FLOP/s with PyTorch, an n x n x n GEMM, timed synced.
+# (m, k, n) shapes for the measured CPU peak: square ones around the cache sizes, and the
+# tall-skinny shapes of a transformer's linear layers (tokens x width x 4 width).
+PEAK_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 256, 1024),
+               (4096, 128, 512))
 
-    Returns ``(flop_per_s, Timing)``. A measured peak, not a datasheet one: use it for
-    CPU MFU and label it as measured.
+
+@dataclass(frozen=True)
+class Peak:
+    """A peak FLOP/s and where it came from (datasheet, or which measured matmul)."""
+
+    flops_per_s: float
+    dtype: str
+    source: str
+
+
+def measured_matmul_peak(dtype: str = "fp32", device: str = "cpu",
+                         shapes: Sequence[tuple[int, int, int]] = PEAK_SHAPES) -> Peak:
+    """This machine's best achieved matmul FLOP/s with PyTorch over `shapes`, timed synced.
+
+    A measured peak, not a datasheet one: use it for CPU MFU and label it as measured
+    (its `source` says so and names the best shape). Taking the best over several shapes
+    matters: one square size can be slower than the shapes a model runs, and MFU would
+    then pass 1. Run it with the thread count the measured work uses.
     """
     import torch
 
@@ -131,10 +165,30 @@ def measured_matmul_peak(n: int = 1024, dtype: str = "fp32", device: str = "cpu"
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if dtype not in torch_dtypes:
         raise ValueError(f"dtype {dtype!r} is not measurable here; accepted: {list(torch_dtypes)}")
-    a = torch.randn(n, n, dtype=torch_dtypes[dtype], device=device)
-    b = torch.randn(n, n, dtype=torch_dtypes[dtype], device=device)
-    timing = measure(torch.mm, a, b, label=f"{n}^3 {dtype} matmul", blocks=7, min_block_s=0.05)
-    return matmul_flops(n, n, n) / timing.median, timing
+    if not shapes:
+        raise ValueError("shapes must name at least one (m, k, n) matmul")
+    rates = {}
+    for m, k, n in shapes:
+        a = torch.randn(m, k, dtype=torch_dtypes[dtype], device=device)
+        b = torch.randn(k, n, dtype=torch_dtypes[dtype], device=device)
+        timing = measure(torch.mm, a, b, label=f"{m}x{k}x{n} {dtype} matmul")
+        rates[(m, k, n)] = matmul_flops(m, k, n) / timing.median
+    (m, k, n), best = max(rates.items(), key=lambda item: item[1])
+    return Peak(best, dtype, f"measured on this machine: best {dtype} torch.mm rate over "
+                             f"{len(rates)} shapes ({m}x{k}x{n})")
+
+
+def bf16_is_native(cpu_flags: set[str], cuda_capability: tuple[int, int] | None) -> bool:
+    """Whether bf16 arithmetic runs in hardware rather than emulated.
+
+    On an NVIDIA GPU: compute capability 8.0 (Ampere) or newer. On a CPU: the x86
+    avx512_bf16 or amx_bf16 instructions, or Arm's bf16 extension. Without them PyTorch
+    and XLA convert to fp32 and back, so a bf16 timing measures emulation: label it and
+    keep it out of speed verdicts (chapter 3).
+    """
+    if cuda_capability is not None:
+        return tuple(cuda_capability) >= (8, 0)
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(cpu_flags))
 
 
 def measured_copy_bandwidth(n_bytes: int = 2**26, device: str = "cpu"):

@@ -68,6 +68,23 @@ def plot_timings(ax, sizes: Sequence[float], timings: Sequence[Timing], label: s
                 markersize=4, **style)
 
 
+def bar_timings(ax, labels: Sequence[str], timings: Sequence[Timing], unit: str = "ms",
+                horizontal: bool = True, **style) -> None:
+    """Bars of medians with IQR whiskers, in `unit`: every bar chart of timings uses it."""
+    if unit not in _UNITS:
+        raise ValueError(f"unit {unit!r} is not known; accepted: {', '.join(_UNITS)}")
+    if len(labels) != len(timings):
+        raise ValueError(f"{len(labels)} labels but {len(timings)} timings: one each")
+    scale = _UNITS[unit]
+    medians = [t.median / scale for t in timings]
+    whiskers = [[(t.median - t.q1) / scale for t in timings],
+                [(t.q3 - t.median) / scale for t in timings]]
+    if horizontal:
+        ax.barh(list(labels), medians, xerr=whiskers, capsize=3, **style)
+    else:
+        ax.bar(list(labels), medians, yerr=whiskers, capsize=3, **style)
+
+
 def log_axes(ax, x: bool = True, y: bool = True) -> None:
     """Log scales for sizes and times that span orders of magnitude."""
     if x:

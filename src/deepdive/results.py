@@ -61,10 +61,13 @@ class Results:
 
     def add_timing(self, experiment: str, framework: str, variant: str, size,
                    timing: Timing) -> None:
-        """Median, IQR and first-call time of a Timing, in seconds."""
+        """Median, IQR and first-call time of a Timing, in seconds, and its number of
+        samples and noisy flag (the site checks count both)."""
         for metric, value in (("median", timing.median), ("iqr", timing.iqr),
                               ("first_call", timing.first_call)):
             self.add(experiment, framework, variant, size, metric, value, "s")
+        self.add(experiment, framework, variant, size, "blocks", timing.n, "count")
+        self.add(experiment, framework, variant, size, "noisy", float(timing.noisy), "flag")
 
     def frame(self):
         import pandas as pd

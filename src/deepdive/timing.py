@@ -2,13 +2,19 @@
 
 The method follows `torch.utils.benchmark`'s blocked autorange: calls run in blocks
 grown until a block lasts long enough that timer overhead is negligible, and every
-block ends by waiting for the device (`deepdive.sync.block`). The first call, which
-includes tracing and compilation, is timed on its own and never mixed into the steady
-state. Chapter 1 introduces `measure` and `compare`.
+block ends by waiting for the device (`deepdive.sync.block`). Inside a block each call's
+output is dropped when the next call returns, as in a real loop, so the allocator can
+reuse its memory; only the last output is kept, for the sync. That waits for every call
+of the block because each framework finishes a device's work in the order it was
+issued (CUDA streams, JAX's per-device queue; PyTorch on a CPU runs synchronously);
+`tests/test_timing.py` checks this for JAX. The first call, which includes tracing and
+compilation, is timed on its own and never mixed into the steady state. Chapter 1
+introduces `measure` and `compare`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -18,11 +24,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepdive.memory import is_out_of_memory
-from deepdive.sync import block
+from deepdive.sync import block, pace
 
 NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns above the same ratio
 BOOTSTRAP_RESAMPLES = 2000
+# Every timed variant in the book gets at least this many blocks (samples): with fewer, a
+# median's bootstrap interval is too coarse to decide a comparison (methodology page).
+BLOCKS = 15
+# A block grows until it lasts this long: timer and sync overheads vanish in it, and a
+# scheduler hiccup lands in one sample instead of many (methodology page).
+MIN_BLOCK_S = 0.05
 _MAX_CALLS_PER_BLOCK = 1_000_000
+_sessions = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,8 @@ class Timing:
     calls_per_block: int
     first_call: float
     recompiles: int = 0
+    # Which `compare` call produced it: samples of one session are paired round by round.
+    session: int = 0
 
     @property
     def n(self) -> int:
@@ -98,14 +113,27 @@ class OutOfMemory:
         return f"{self.label}: out of memory ({self.error})"
 
 
+def interleaved(a: Timing, b: Timing) -> bool:
+    """True when `a` and `b` came from one `compare` call, so sample i of each is round i."""
+    return a.session != 0 and a.session == b.session and a.n == b.n
+
+
 def speedup(baseline: Timing, candidate: Timing) -> tuple[float, float, float]:
     """How many times faster `candidate` is than `baseline`, with a bootstrap 95% interval.
 
-    Returns ``(ratio, low, high)`` where ratio = median(baseline) / median(candidate);
-    both sample sets are resampled independently.
+    Returns ``(ratio, low, high)``. For two timings of one `compare` call (interleaved)
+    the ratio is the median of the per-round ratios baseline/candidate and the rounds are
+    resampled as pairs, so a slow round slows both sides and cancels. Otherwise it is
+    median(baseline) / median(candidate), the two sample sets resampled independently.
+    `deepdive.verdict` turns this into faster, slower, tie or inconclusive.
     """
     if candidate is baseline:
         return 1.0, 1.0, 1.0
+    if interleaved(baseline, candidate):
+        per_round = baseline.samples / candidate.samples
+        medians = np.median(_resample(per_round, seed=1), axis=1)
+        lo, hi = np.percentile(medians, [2.5, 97.5])
+        return float(np.median(per_round)), float(lo), float(hi)
     base = np.median(_resample(baseline.samples, seed=1), axis=1)
     cand = np.median(_resample(candidate.samples, seed=2), axis=1)
     lo, hi = np.percentile(base / cand, [2.5, 97.5])
@@ -116,12 +144,13 @@ def measure(
     fn: Callable,
     *args,
     label: str | None = None,
-    blocks: int = 15,
+    blocks: int = BLOCKS,
     warmup: int = 1,
-    min_block_s: float = 0.01,
+    min_block_s: float = MIN_BLOCK_S,
     min_calls: int = 1,
     sync: Callable | None = block,
     check: Callable[[object], None] | None = None,
+    max_blocks: int | None = None,
 ) -> Timing:
     """Time ``fn(*args)``: first call apart, then `blocks` synced blocks of calls.
 
@@ -130,10 +159,11 @@ def measure(
     min_block_s: a block grows until it lasts this long, so timer and sync overhead
         vanish in it.
     min_calls: at least this many timed calls in all (the seed's 1000 iterations).
-    sync: called on each block's outputs before the clock stops; ``None`` times dispatch
+    sync: called on each block's last output before the clock stops; ``None`` times dispatch
         only, which is wrong for asynchronous frameworks and exists to show that.
     check: called with the first call's output before anything else is timed; it
         raises when the output is wrong (correct before fast).
+    max_blocks: while the samples are noisy, blocks go on up to this many (`compare`).
     """
     if not callable(fn):
         raise TypeError(
@@ -143,36 +173,50 @@ def measure(
     name = label or getattr(fn, "__name__", "fn")
     return compare({name: lambda: fn(*args)}, blocks=blocks, warmup=warmup,
                    min_block_s=min_block_s, min_calls=min_calls, sync=sync,
-                   check=None if check is None else {name: check})[name]
+                   check=None if check is None else {name: check}, max_blocks=max_blocks)[name]
 
 
 def compare(
     variants: Mapping[str, Callable[[], object]],
     *,
-    blocks: int = 15,
+    blocks: int = BLOCKS,
     warmup: int = 1,
-    min_block_s: float = 0.01,
+    min_block_s: float = MIN_BLOCK_S,
     min_calls: int = 1,
     sync: Callable | None = block,
     check: Mapping[str, Callable[[object], None]] | None = None,
     record_oom: bool = False,
+    max_blocks: int | None = None,
 ) -> dict[str, Timing | OutOfMemory]:
     """Time several zero-argument callables with their blocks interleaved (A B C, B C A, ...).
 
     Interleaving spreads slow drifts of the machine (thermal, background load) over all
-    variants instead of charging them to whichever ran last. Returns a Timing per label,
-    in the given order; `table` turns it into a tidy frame with speed-ups. `check` maps
-    labels to functions that validate the first call's output before any timing.
+    variants instead of charging them to whichever ran last, and pairs their samples
+    round by round (`speedup`, `deepdive.verdict`). Returns a Timing per label, in the
+    given order; `table` turns it into a tidy frame with speed-ups. `check` maps labels
+    to functions that validate the first call's output before any timing.
+
+    After `blocks` rounds, while any variant is still noisy (IQR above 10% of its
+    median), more rounds run, up to `max_blocks` (default: three times `blocks`), as
+    `torch.utils.benchmark`'s adaptive autorange does: a slow spell of a shared machine
+    then weighs less in the quartiles. Every variant gets the same rounds, so pairs stay
+    paired; a variant still noisy at the end stays flagged.
+
     With `record_oom`, a variant that runs out of memory (`memory.is_out_of_memory`)
     becomes an `OutOfMemory` entry and the others go on; other errors always propagate.
     Chapter 4's batch-size sweep uses it.
     """
     _check_options(variants, blocks, warmup, min_block_s, min_calls, sync)
+    max_blocks = 3 * blocks if max_blocks is None else max_blocks
+    if not isinstance(max_blocks, int) or isinstance(max_blocks, bool) or max_blocks < blocks:
+        raise ValueError(f"max_blocks must be an integer >= blocks ({blocks}), got {max_blocks!r}")
     checks = dict(check or {})
     unknown = set(checks) - set(variants)
     if unknown:
         raise KeyError(f"check names variants that do not exist: {sorted(unknown)}")
-    runners = [_Runner(label, fn, sync, checks.get(label)) for label, fn in variants.items()]
+    session = next(_sessions)
+    runners = [_Runner(label, fn, sync, checks.get(label), session)
+               for label, fn in variants.items()]
     failed: dict[str, OutOfMemory] = {}
 
     def attempt(runner, action) -> None:
@@ -183,16 +227,21 @@ def compare(
         except Exception as error:
             if not (record_oom and is_out_of_memory(error)):
                 raise
-            runner.outputs = []  # let the framework reclaim what the failed call held
+            runner.output = None  # let the framework reclaim what the failed call held
             failed[runner.label] = OutOfMemory(runner.label, str(error).strip().split("\n")[0])
 
     for runner in runners:
         attempt(runner, lambda r=runner: r.prepare(warmup, min_block_s,
                                                    math.ceil(min_calls / blocks)))
-    for round_index in range(blocks):
-        shift = round_index % len(runners)
+    def still_noisy() -> bool:
+        return any(r.label not in failed and r.result().noisy for r in runners)
+
+    rounds = 0
+    while rounds < blocks or (rounds < max_blocks and still_noisy()):
+        shift = rounds % len(runners)
         for runner in runners[shift:] + runners[:shift]:
             attempt(runner, runner.time_block)
+        rounds += 1
     return {r.label: failed.get(r.label) or r.result() for r in runners}
 
 
@@ -225,48 +274,61 @@ class _Runner:
     """One variant's state while `compare` interleaves it with the others."""
 
     def __init__(self, label: str, fn: Callable[[], object], sync: Callable | None,
-                 check: Callable[[object], None] | None = None):
+                 check: Callable[[object], None] | None = None, session: int = 0):
         self.label, self.fn, self.sync, self.check = label, fn, sync, check
+        self.session = session
         self.samples: list[float] = []
         self.calls_per_block = 1
         self.first_call = math.nan
         self.recompiles = 0
+        self.output = None
 
     def _run(self, calls: int) -> float:
-        self.outputs = []
+        """Seconds for `calls` calls and the sync of the last one."""
+        self.output = None  # the previous block's output is not this block's business
         start = time.perf_counter()
         for _ in range(calls):
-            self.outputs.append(self.fn())
+            previous, self.output = self.output, self.fn()
+            # Dropping the previous output, as a loop does, lets its memory be reused:
+            # holding every output would charge each call for fresh pages. With a sync,
+            # the previous call is also waited for (`deepdive.sync.pace`), so no more
+            # than one call runs ahead of the device.
+            if self.sync is not None and previous is not None:
+                pace(previous)
+            previous = None
         if self.sync is not None:
-            self.sync(self.outputs)
+            self.sync(self.output)
         return time.perf_counter() - start
 
     def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
         self.first_call = self._run(1)
         if self.check is not None:
-            self.check(self.outputs[0])
-        for _ in range(warmup):
-            self._run(1)
-        calls = 1
+            self.check(self.output)
+        warm = [self._run(1) for _ in range(warmup)]
         # Grow through 1, 2, 5, 10, 20, 50, ... calls until a block is long enough. An
         # interruption (or a size's first, colder run) can make one run look long enough,
-        # which would leave every timed block short, so a second run must agree.
-        while calls < _MAX_CALLS_PER_BLOCK and not (
-            self._run(calls) >= min_block_s and self._run(calls) >= min_block_s
-        ):
+        # which would leave every timed block short, so a second run must agree. The last
+        # warm-up call counts as the first one-call run: a slow function pays less.
+        calls, earlier = 1, (warm[-1] if warm else None)
+        while calls < _MAX_CALLS_PER_BLOCK:
+            first = earlier if earlier is not None else self._run(calls)
+            earlier = None
+            if first >= min_block_s and self._run(calls) >= min_block_s:
+                break
             calls = _next_block_size(calls)
         self.calls_per_block = max(calls, min_calls_per_block)
+        self.output = None
 
     def time_block(self) -> None:
         before = compilations()
         elapsed = self._run(self.calls_per_block)
-        self.outputs = []
+        self.output = None
         self.recompiles += compilations() - before
         self.samples.append(elapsed / self.calls_per_block)
 
     def result(self) -> Timing:
         return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
-                      self.first_call, self.recompiles)
+                      self.first_call, self.recompiles, self.session)
 
 
 _jax_compiles = 0

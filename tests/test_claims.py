@@ -1,0 +1,150 @@
+"""deepdive.claims: one file of claims, and prose glued from that file, not from memory."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deepdive import env
+from deepdive.claims import COLUMNS, Claims, claims_path, glue_claims, load_claims
+from deepdive.timing import Timing
+from deepdive.verdict import TieBand
+
+
+@pytest.fixture(autouse=True)
+def results_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("DEEPDIVE_SCALE", "small")
+    return tmp_path / "results"
+
+
+def paired(label, seconds, session=1):
+    samples = np.asarray(seconds, dtype=float)
+    return Timing(label, samples, calls_per_block=1, first_call=0.0, session=session)
+
+
+ROUNDS = 15
+SLOW = paired("loop", [2e-3] * ROUNDS)
+FAST = paired("vmap", [1e-3] * ROUNDS)
+SAME = paired("vmap copy", [2e-3] * ROUNDS)
+
+
+def collect():
+    glued = {}
+    return glued, lambda key, value: glued.__setitem__(key, value)
+
+
+def test_a_claim_lands_in_claims_csv_with_every_required_column():
+    claims = Claims("01_vmap", TieBand(0.03))
+    claims.compare("vmap_vs_loop", "dot, batch 64: vmap against a loop", SLOW, FAST,
+                   headline=True)
+
+    path = claims.save()
+
+    assert path == claims_path() and path.name == "claims.csv"
+    row = pd.read_csv(path).iloc[0]
+    assert tuple(pd.read_csv(path).columns) == COLUMNS
+    assert (row.chapter, row.claim_id, row.verdict, row.n) == ("01_vmap", "vmap_vs_loop",
+                                                               "faster", ROUNDS)
+    assert (row.ratio, row.low, row.high) == (2.0, 2.0, 2.0)
+    assert (row.device, row.scale, row.tie_band) == (env.device_label(), "small", 0.03)
+
+
+def test_saving_a_chapter_replaces_its_rows_and_keeps_the_others():
+    first = Claims("01_vmap", TieBand(0.03))
+    first.compare("a", "question a", SLOW, FAST)
+    first.save()
+    other = Claims("02_jit_xla", TieBand(0.03))
+    other.compare("b", "question b", SLOW, SAME)
+    other.save()
+    again = Claims("01_vmap", TieBand(0.03))
+    again.compare("c", "question c", SLOW, SAME)
+    again.save()
+
+    saved = load_claims()
+    assert sorted(zip(saved.chapter, saved.claim_id, strict=True)) == [("01_vmap", "c"),
+                                                                      ("02_jit_xla", "b")]
+
+
+def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
+    claims = Claims("01_vmap", TieBand(0.03))
+    claims.compare("vmap_vs_loop", "dot: vmap against a loop", SLOW, FAST, headline=True)
+    claims.save()
+    glued, glue = collect()
+
+    glue_claims("01_vmap", glue=glue)
+    assert glued["vmap_vs_loop"] == "faster than"
+    assert glued["vmap_vs_loop_verdict"] == "faster"
+    assert glued["vmap_vs_loop_ratio"] == "2.00x [2.00, 2.00]"
+
+    # Edit the numbers in the file, as a different build would have measured them...
+    frame = pd.read_csv(claims_path())
+    frame.loc[0, ["ratio", "low", "high"]] = [0.5, 0.45, 0.55]
+    frame.to_csv(claims_path(), index=False)
+    glued, glue = collect()
+    glue_claims("01_vmap", glue=glue)
+
+    # ...and the prose says what the file says, whatever the chapter computed in memory.
+    assert glued["vmap_vs_loop"] == "slower than"
+    assert glued["vmap_vs_loop_ratio"] == "0.50x [0.45, 0.55]"
+    assert glued["claims_found"].loc["dot: vmap against a loop", "verdict"] == "slower"
+
+
+def test_a_noisy_claim_in_the_file_reads_inconclusive():
+    claims = Claims("01_vmap", TieBand(0.03))
+    claims.compare("vmap_vs_loop", "q", SLOW, FAST)
+    claims.save()
+    frame = pd.read_csv(claims_path())
+    frame.loc[0, "noisy"] = True
+    frame.to_csv(claims_path(), index=False)
+    glued, glue = collect()
+
+    glue_claims("01_vmap", glue=glue)
+
+    assert glued["vmap_vs_loop"] == "inconclusive on this build against"
+    assert glued["vmap_vs_loop_ratio"].endswith(", noisy")
+
+
+def test_the_box_holds_headline_claims_and_the_full_table_all():
+    claims = Claims("01_vmap", TieBand(0.03))
+    claims.compare("headline", "the headline", SLOW, FAST, headline=True)
+    claims.compare("detail", "a detail", SLOW, SAME)
+    claims.save()
+    glued, glue = collect()
+
+    glue_claims("01_vmap", glue=glue)
+
+    assert list(glued["claims_found"].index) == ["the headline"]
+    assert list(glued["claims_all"].index) == ["the headline", "a detail"]
+    assert glued["claims_all"].loc["a detail", "verdict"] == "tie"
+
+
+def test_claims_refuse_timings_that_were_not_interleaved():
+    claims = Claims("01_vmap", TieBand(0.03))
+    other_session = paired("vmap", [1e-3] * ROUNDS, session=2)
+
+    with pytest.raises(ValueError, match="not timed in one compare"):
+        claims.compare("x", "q", SLOW, other_session)
+
+
+@pytest.mark.parametrize(("claim_id", "message"), [("has space", "must be a Python identifier"),
+                                                   ("dup", "already recorded")])
+def test_claim_ids_must_name_glue_keys_once(claim_id, message):
+    claims = Claims("01_vmap", TieBand(0.03))
+    claims.compare("dup", "q", SLOW, FAST)
+
+    with pytest.raises(ValueError, match=message):
+        claims.compare(claim_id, "q", SLOW, FAST)
+
+
+def test_loading_claims_that_were_never_saved_says_what_to_do():
+    with pytest.raises(FileNotFoundError, match="build the chapters first"):
+        load_claims()
+
+
+def test_loading_a_chapter_without_claims_names_it():
+    claims = Claims("01_vmap", TieBand(0.03))
+    claims.compare("a", "q", SLOW, FAST)
+    claims.save()
+
+    with pytest.raises(KeyError, match="no claims of chapter '03_torch_compile'"):
+        load_claims("03_torch_compile")
