@@ -86,7 +86,8 @@ def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
     # ...and the prose says what the file says, whatever the chapter computed in memory.
     assert glued["vmap_vs_loop"] == "slower than"
     assert glued["vmap_vs_loop_ratio"] == "0.50x [0.45, 0.55]"
-    assert glued["claims_found"].loc["dot: vmap against a loop", "verdict"] == "slower"
+    assert glued["claims_found"].data == ("- dot: vmap against a loop: **slower**, "
+                                          "0.50x [0.45, 0.55]")
 
 
 def test_a_noisy_claim_in_the_file_reads_inconclusive():
@@ -113,8 +114,10 @@ def test_the_box_holds_headline_claims_and_the_full_table_all():
 
     glue_claims("01_vmap", glue=glue)
 
-    assert list(glued["claims_found"].index) == ["the headline"]
+    assert glued["claims_found"].data.splitlines() == ["- the headline: **faster**, "
+                                                       "2.00x [2.00, 2.00]"]
     assert list(glued["claims_all"].index) == ["the headline", "a detail"]
+    assert glued["tie_band_pct"] == pytest.approx(3.0)
     assert glued["claims_all"].loc["a detail", "verdict"] == "tie"
 
 

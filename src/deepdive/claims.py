@@ -139,11 +139,13 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
     """Read `chapter`'s claims back from claims.csv and glue them for the prose.
 
     For each claim: `<id>` the phrase ("faster than", "tied with", ...), `<id>_verdict`
-    the bare verdict, `<id>_ratio` its numbers; and `claims_found`, the table for the
-    chapter's "What this build found" box (headline claims), `claims_all` every claim.
-    Returns what it glued, by key.
+    the bare verdict, `<id>_ratio` its numbers. For the chapter: `claims_found`, the
+    headline claims as Markdown bullets for its "What this build found" box (paste with
+    the `glue:md` directive), `claims_all` every claim as a table, `tie_band_pct` the
+    band in percent. Returns what it glued, by key.
     """
     import pandas as pd
+    from IPython.display import Markdown
 
     frame = load_claims(chapter)
     glued: dict[str, object] = {}
@@ -152,19 +154,19 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
         glue(key, value)
         glued[key] = value
 
-    rows = []
+    rows, bullets = [], []
     for _, row in frame.iterrows():
         verdict = reread_verdict(row)
         put(row["claim_id"], PHRASES[verdict])
         put(f"{row['claim_id']}_verdict", verdict)
         put(f"{row['claim_id']}_ratio", describe(row))
         rows.append({"question": row["question"], "verdict": verdict,
-                     "speed-up [95% interval]": describe(row),
-                     "headline": _as_bool(row["headline"])})
-    table = pd.DataFrame(rows)
-    found = table[table["headline"]].drop(columns="headline").set_index("question")
-    put("claims_found", found)
-    put("claims_all", table.drop(columns="headline").set_index("question"))
+                     "speed-up [95% interval]": describe(row)})
+        if _as_bool(row["headline"]):
+            bullets.append(f"- {row['question']}: **{verdict}**, {describe(row)}")
+    put("claims_found", Markdown("\n".join(bullets) or "- (no headline claims)"))
+    put("claims_all", pd.DataFrame(rows).set_index("question"))
+    put("tie_band_pct", 100 * float(frame["tie_band"].iloc[0]))
     return glued
 
 
