@@ -23,7 +23,10 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
 MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4, "04_vit_training": 4,
                "05_distributed": 2, "06_choosing": 1}
 GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict",
+                "03_torch_compile": "tbl-compile-verdict",
                 "04_vit_training": "tbl-vit-summary", "06_choosing": "tbl-evidence"}
+# The chapters whose every comparison is a claim in claims.csv, decided by deepdive.verdict.
+CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile")
 ERROR_MARKERS = ("Traceback (most recent call last)", "Error in callback", "DeadKernelError")
 
 
@@ -155,3 +158,53 @@ def test_chapter_results_were_saved(chapter):
     assert path.is_file(), f"{chapter} did not save its results"
     header = path.read_text().splitlines()[0]
     assert header.startswith("chapter,experiment,framework,variant,size,metric,value,unit")
+
+
+def claims_of(chapter):
+    import pandas as pd
+
+    frame = pd.read_csv(ROOT / "_build" / "results" / "claims.csv")
+    return frame[frame["chapter"] == chapter]
+
+
+def test_claims_csv_holds_every_required_column_and_the_claim_chapters():
+    import pandas as pd
+
+    from deepdive.claims import COLUMNS
+
+    frame = pd.read_csv(ROOT / "_build" / "results" / "claims.csv")
+    assert tuple(frame.columns) == COLUMNS
+    assert set(CLAIM_CHAPTERS) <= set(frame["chapter"])
+    assert frame["verdict"].isin(["faster", "slower", "tie", "inconclusive"]).all()
+    assert (frame["n"] >= 15).all()  # at least 15 paired rounds behind every claim
+
+
+@pytest.mark.parametrize("chapter", CLAIM_CHAPTERS)
+def test_every_claim_reads_on_its_page_as_the_file_says(chapter):
+    """The box and the summary table show each claim's verdict, recomputed from claims.csv
+    with the one rule: the page cannot say what the file does not."""
+    from deepdive.claims import describe, reread_verdict
+
+    soup = page(f"notebooks/{chapter}")
+    box = " ".join(soup.select_one(".admonition.tip").get_text().split())
+    table = soup.find(id=GLUED_TABLES[chapter])
+    rows = {" ".join(tr.find("th").get_text().split()): " ".join(tr.get_text().split())
+            for tr in table.find_all("tr") if tr.find("th") and tr.find("td")}
+    claims = claims_of(chapter)
+    assert not claims.empty
+    for _, claim in claims.iterrows():
+        verdict = reread_verdict(claim)
+        assert verdict == claim["verdict"]
+        assert f"{verdict} {describe(claim)}" in rows[" ".join(claim["question"].split())]
+        if claim["headline"]:
+            assert f"{claim['question']}: {verdict}, {describe(claim)}" in box
+
+
+@pytest.mark.parametrize("chapter", CLAIM_CHAPTERS)
+def test_every_timing_of_a_claim_chapter_has_at_least_15_blocks(chapter):
+    import pandas as pd
+
+    frame = pd.read_csv(ROOT / "_build" / "results" / f"{chapter}.csv")
+    blocks = frame[frame["metric"] == "blocks"]
+    assert not blocks.empty, f"{chapter} saved no timings with their block counts"
+    assert (blocks["value"] >= 15).all(), blocks[blocks["value"] < 15]

@@ -77,14 +77,18 @@ def test_min_calls_is_honoured_across_blocks():
     assert t.calls >= 1000
 
 
-def test_compare_interleaves_blocks_in_rotating_order():
+def test_compare_runs_one_block_of_each_variant_per_round_in_varying_order():
     order = []
-    variants = {name: (lambda name=name: order.append(name)) for name in "ABC"}
+    variants = {name: (lambda name=name: order.append(name)) for name in "ABCD"}
 
-    compare(variants, blocks=4, warmup=0, min_block_s=0, max_blocks=4)
+    compare(variants, blocks=12, warmup=0, min_block_s=0, max_blocks=12)
 
-    timed = "".join(order[-12:])  # 4 rounds of one single-call block per variant
-    assert timed == "ABC" + "BCA" + "CAB" + "ABC"
+    rounds = ["".join(order[-48:][i:i + 4]) for i in range(0, 48, 4)]  # single-call blocks
+    assert all(sorted(r) == list("ABCD") for r in rounds)  # each variant once per round
+    assert rounds[0] == "ABCD"  # the first round in the given order
+    # Shuffled, not rotated: each variant follows more than one other variant.
+    predecessors = {b: {r[r.index(b) - 1] for r in rounds if r.index(b)} for b in "ABCD"}
+    assert all(len(before) > 1 for before in predecessors.values())
 
 
 def test_compare_returns_a_timing_per_variant_in_the_given_order():

@@ -1,11 +1,13 @@
 """Measurement helpers for *PyTorch vs JAX, Deep Dives*.
 
-Each module has one job: `env` (provenance and scale), `sync` (wait for device work),
-`timing` (synced, blocked timing with intervals), `memory` (the right memory tool per
-question), `flops` (analytic and counted FLOPs, peaks, MFU, measured bandwidth),
-`compilation` (compile stages timed, kernels counted in HLO), `plots` (house style) and
-`results` (tidy records for the pages). torch and jax are imported lazily, so a chapter
-that uses one framework never pays for the other.
+Each module has one job: `env` (provenance, scale, threads), `sync` (wait for device work),
+`timing` (synced, blocked, interleaved timing with intervals), `verdict` (the one rule:
+faster, slower, tie or inconclusive), `claims` (every verdict in claims.csv, glued back into
+the prose), `stability` (how steady timings are per thread count), `memory` (the right
+memory tool per question), `flops` (analytic and counted FLOPs, peaks, MFU, measured
+bandwidth), `compilation` (compile stages timed, kernels named in HLO), `plots` (house
+style) and `results` (tidy records for the pages). torch and jax are imported lazily, so a
+chapter that uses one framework never pays for the other.
 """
 
 __version__ = "0.1.0"

@@ -124,10 +124,15 @@ def threads() -> dict[str, int | str | None]:
 CPU_BUILD_THREADS = 1
 
 
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), else the machine's count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def compute_threads() -> int:
     """How many CPU threads both frameworks get: ``DEEPDIVE_CPU_THREADS``, else one on a
     CPU build, else every core (a GPU build's host threads feed the device and compile)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = available_cores()
     chosen = os.environ.get("DEEPDIVE_CPU_THREADS", "").strip()
     if chosen:
         if not chosen.isdigit() or not 1 <= int(chosen) <= cores:

@@ -33,7 +33,7 @@ BOOTSTRAP_RESAMPLES = 2000
 BLOCKS = 15
 # A block grows until it lasts this long: timer and sync overheads vanish in it, and a
 # scheduler hiccup lands in one sample instead of many (methodology page).
-MIN_BLOCK_S = 0.05
+MIN_BLOCK_S = 0.03
 _MAX_CALLS_PER_BLOCK = 1_000_000
 _sessions = itertools.count(1)
 
@@ -188,13 +188,17 @@ def compare(
     record_oom: bool = False,
     max_blocks: int | None = None,
 ) -> dict[str, Timing | OutOfMemory]:
-    """Time several zero-argument callables with their blocks interleaved (A B C, B C A, ...).
+    """Time several zero-argument callables in rounds: one block of each per round.
 
     Interleaving spreads slow drifts of the machine (thermal, background load) over all
     variants instead of charging them to whichever ran last, and pairs their samples
-    round by round (`speedup`, `deepdive.verdict`). Returns a Timing per label, in the
-    given order; `table` turns it into a tidy frame with speed-ups. `check` maps labels
-    to functions that validate the first call's output before any timing.
+    round by round (`speedup`, `deepdive.verdict`). The first round runs in the given
+    order, later ones in a shuffled order (seeded, so a rerun repeats it): a fixed
+    rotation would give each variant the same predecessor in almost every round, and
+    what a block leaves behind in caches and allocators would bias its successor.
+    Returns a Timing per label, in the given order; `table` turns it into a tidy frame
+    with speed-ups. `check` maps labels to functions that validate the first call's
+    output before any timing.
 
     After `blocks` rounds, while any variant is still noisy (IQR above 10% of its
     median), more rounds run, up to `max_blocks` (default: three times `blocks`), as
@@ -236,11 +240,10 @@ def compare(
     def still_noisy() -> bool:
         return any(r.label not in failed and r.result().noisy for r in runners)
 
-    rounds = 0
+    order, rounds = np.random.default_rng(0), 0
     while rounds < blocks or (rounds < max_blocks and still_noisy()):
-        shift = rounds % len(runners)
-        for runner in runners[shift:] + runners[:shift]:
-            attempt(runner, runner.time_block)
+        for index in order.permutation(len(runners)) if rounds else range(len(runners)):
+            attempt(runners[index], runners[index].time_block)
         rounds += 1
     return {r.label: failed.get(r.label) or r.result() for r in runners}
 
