@@ -148,9 +148,9 @@ def pin_cpu_threads(n: int | None = None) -> int:
 
     XLA has no thread-count flag: it sizes its CPU thread pool from the process's CPU
     affinity when its backend starts. So the affinity mask is narrowed to `n` cores (if
-    fewer than available) and torch is told the same number. Call it before
-    `import jax`. Chapter 1 explains why (protocol rule 5); the methodology page measures
-    how the choice affects the stability of timings.
+    fewer than available) and torch is told the same number. Call it before `import jax`.
+    Chapter 1 explains why (protocol rule 5); the methodology page measures how the choice
+    affects the stability of timings.
     """
     available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cores = len(available) if available else os.cpu_count()
