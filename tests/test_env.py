@@ -165,3 +165,14 @@ def test_fresh_inductor_cache_is_a_new_empty_folder_under_build(tmp_path, monkey
     assert first.parent == tmp_path / "_build" / "inductor-cache"
     assert first.name.startswith("03_torch_compile-")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(second)
+
+
+@pytest.mark.parametrize(("available", "total", "label"),
+                         [(2, 2, "(2 cores)"), (1, 2, "(1 of 2 cores)"), (1, 1, "(1 core)"),
+                          (11, 12, "(11 of 12 cores)")])
+def test_device_label_names_the_cpu_and_the_cores_in_use(monkeypatch, available, total, label):
+    monkeypatch.setattr(env, "gpu_name", lambda: None)
+    monkeypatch.setattr(env, "available_cores", lambda: available)
+    monkeypatch.setattr(os, "cpu_count", lambda: total)
+
+    assert env.device_label() == f"{env.cpu_model()} {label}"

@@ -285,5 +285,7 @@ def device_label() -> str:
     name = gpu_name()
     if name:
         return name
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu_model()} ({cores} cores)"
+    cores, total = available_cores(), os.cpu_count()
+    noun = "core" if total == 1 else "cores"
+    return f"{cpu_model()} ({cores} of {total} {noun})" if cores != total else \
+        f"{cpu_model()} ({total} {noun})"
