@@ -5,7 +5,15 @@ import pandas as pd
 import pytest
 
 from deepdive import env
-from deepdive.claims import COLUMNS, Claims, claims_path, glue_claims, load_claims
+from deepdive.claims import (
+    COLUMNS,
+    Claims,
+    claims_path,
+    describe,
+    glue_claims,
+    glue_noise,
+    load_claims,
+)
 from deepdive.timing import Timing
 from deepdive.verdict import TieBand
 
@@ -74,7 +82,7 @@ def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
     glue_claims("01_vmap", glue=glue)
     assert glued["vmap_vs_loop"] == "faster than"
     assert glued["vmap_vs_loop_verdict"] == "faster"
-    assert glued["vmap_vs_loop_ratio"] == "2.00x [2.00, 2.00]"
+    assert glued["vmap_vs_loop_ratio"] == "2.000x [2.000, 2.000]"
 
     # Edit the numbers in the file, as a different build would have measured them...
     frame = pd.read_csv(claims_path())
@@ -85,9 +93,9 @@ def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
 
     # ...and the prose says what the file says, whatever the chapter computed in memory.
     assert glued["vmap_vs_loop"] == "slower than"
-    assert glued["vmap_vs_loop_ratio"] == "0.50x [0.45, 0.55]"
+    assert glued["vmap_vs_loop_ratio"] == "0.500x [0.450, 0.550]"
     assert glued["claims_found"].data == ("- dot: vmap against a loop: **slower**, "
-                                          "0.50x [0.45, 0.55]")
+                                          "0.500x [0.450, 0.550]")
 
 
 def test_a_noisy_claim_in_the_file_reads_inconclusive():
@@ -115,7 +123,7 @@ def test_the_box_holds_headline_claims_and_the_full_table_all():
     glue_claims("01_vmap", glue=glue)
 
     assert glued["claims_found"].data.splitlines() == ["- the headline: **faster**, "
-                                                       "2.00x [2.00, 2.00]"]
+                                                       "2.000x [2.000, 2.000]"]
     assert list(glued["claims_all"].index) == ["the headline", "a detail"]
     assert glued["tie_band_pct"] == pytest.approx(3.0)
     assert glued["claims_all"].loc["a detail", "verdict"] == "tie"
@@ -151,3 +159,47 @@ def test_loading_a_chapter_without_claims_names_it():
 
     with pytest.raises(KeyError, match="no claims of chapter '03_torch_compile'"):
         load_claims("03_torch_compile")
+
+
+def test_an_a_a_control_widens_the_band_of_its_claim_only():
+    # The control differs from its baseline by 8% in every round: a tie band of 3% is too
+    # narrow for this workload, so a 6% difference must read as a tie, not as faster.
+    base = paired("step", [1.00e-3] * ROUNDS, session=5)
+    control = paired("step copy", [1.08e-3] * ROUNDS, session=5)
+    candidate = paired("compiled step", [0.94e-3] * ROUNDS, session=5)
+    claims = Claims("03_torch_compile", TieBand(0.03))
+
+    with_control = claims.compare("with", "q", base, candidate, control=control)
+    without = claims.compare("without", "q", base, candidate)
+
+    assert with_control.tie_band == pytest.approx(1.08 / 1.00 - 1)
+    assert (with_control.verdict, without.verdict) == ("tie", "faster")
+    assert without.tie_band == 0.03
+
+
+def test_a_control_from_another_compare_call_is_refused():
+    claims = Claims("01_vmap", TieBand(0.03))
+    stranger = paired("copy", [2e-3] * ROUNDS, session=99)
+
+    with pytest.raises(ValueError, match="was not timed in the same compare"):
+        claims.compare("x", "q", SLOW, FAST, control=stranger)
+
+
+@pytest.mark.parametrize(("numbers", "text"), [
+    ((1.0213, 1.0119, 1.0432), "1.021x [1.012, 1.043]"),
+    ((0.99, 0.97, 0.9933), "0.990x [0.970, 0.993]"),
+    ((1595.6, 1559.5, 1629.1), "1.6e+03x [1.56e+03, 1.63e+03]"),
+])
+def test_describe_shows_enough_digits_to_place_an_interval_against_the_band(numbers, text):
+    row = dict(zip(("ratio", "low", "high"), numbers, strict=True), noisy=False)
+    assert describe(row) == text
+
+
+def test_glue_noise_counts_noisy_and_extended_timings():
+    steady = paired("a", [1e-3] * 15)
+    noisy = paired("b", [1e-3, 2e-3] * 10)  # 20 rounds: extended, and still noisy
+    glued, glue = collect()
+
+    counts = glue_noise([steady, noisy], glue=glue)
+
+    assert counts == glued == {"timing_count": 2, "noisy_count": 1, "extended_count": 1}

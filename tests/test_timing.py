@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from deepdive.timing import OutOfMemory, Timing, compare, compilations, measure, speedup, table
+from deepdive.timing import (
+    OutOfMemory,
+    Timing,
+    compare,
+    compilations,
+    measure,
+    median_interval,
+    speedup,
+    table,
+)
 
 # time.sleep(d) never returns early, and overshoots d by the scheduler's wake-up latency
 # (about 0.1 ms on the 2-core CI machine). 30% of 5 ms leaves room for a busy machine.
@@ -447,3 +456,33 @@ def test_every_output_is_waited_for_and_none_runs_more_than_one_call_ahead():
     for position, (kind, index) in enumerate(events):
         if kind == "wait":  # call i is awaited before call i + 2 is issued
             assert sum(k == "issue" for k, _ in events[:position]) <= index + 2
+
+
+@pytest.mark.parametrize(("n", "ranks"), [(15, (4, 12)), (45, (16, 30)), (6, (1, 6)),
+                                          (5, (1, 5))])
+def test_median_interval_takes_the_order_statistics_of_a_binomial_interval(n, ranks):
+    values = np.arange(1.0, n + 1)[::-1]  # order of the input must not matter
+
+    assert median_interval(values) == ranks
+
+
+def test_median_interval_covers_the_median_at_least_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    covered = sum(lo <= 1 <= hi for lo, hi in
+                  (median_interval(rng.lognormal(0, 0.1, size=15)) for _ in range(4000)))
+
+    assert covered / 4000 >= 0.95
+
+
+def test_median_interval_needs_values():
+    with pytest.raises(ValueError, match="at least one value"):
+        median_interval([])
+
+
+def test_the_garbage_collector_is_off_inside_timed_blocks_and_back_on_after():
+    import gc
+
+    states = []
+    measure(lambda: states.append(gc.isenabled()), blocks=2, min_block_s=0, max_blocks=2)
+
+    assert not any(states) and gc.isenabled()

@@ -100,7 +100,8 @@ def test_measure_tie_band_reports_its_evidence_and_a_plausible_width():
     band = measure_tie_band(frameworks=("torch",))
 
     frame = band.frame()
-    assert set(frame["workload"]) == {"torch 256x256 matmul", "torch tiny elementwise"}
+    assert set(frame["workload"]) == {"torch tiny elementwise", "torch 256x256 matmul",
+                                      "torch 1024x1024 matmul"}
     assert 0 < band.width < 1  # copies of one workload differ by less than 2x
     # The band reaches as far as the widest A/A interval, no less.
     assert band.high >= frame["high"].max() - 1e-12

@@ -18,7 +18,7 @@ from deepdive import env
 from deepdive.results import glue as glue_value
 from deepdive.results import results_dir
 from deepdive.timing import Timing
-from deepdive.verdict import TieBand, classify, decide
+from deepdive.verdict import TieBand, classify, decide, widen
 
 FILE_NAME = "claims.csv"
 COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict", "noisy",
@@ -65,21 +65,25 @@ class Claims:
         self._device, self._scale = env.device_label(), env.scale()
 
     def compare(self, claim_id: str, question: str, baseline: Timing, candidate: Timing,
-                headline: bool = False) -> Claim:
+                headline: bool = False, control: Timing | None = None) -> Claim:
         """Decide `candidate` against `baseline` (interleaved timings) and record it.
 
         `question` names both sides and the scope (workload, size), e.g. "dot products,
         batch 1024: jax.jit(vmap) against JAX's Python loop". `headline` puts the claim
-        in the chapter's "What this build found" box.
+        in the chapter's "What this build found" box. `control` is a separately built copy
+        of the baseline timed in the same rounds (an A/A pair): when its interval reaches
+        further from 1 than the chapter's band, that reach is this claim's band, since
+        a workload can spread more than the small ones the band was measured on.
         """
         if not claim_id.isidentifier():
             raise ValueError(f"claim_id must be a Python identifier (it names glue keys), "
                              f"got {claim_id!r}")
         if claim_id in self.claims:
             raise ValueError(f"claim {claim_id!r} is already recorded in {self.chapter}")
-        v = decide(baseline, candidate, self.band)
+        band = self.band if control is None else widen(self.band, baseline, control)
+        v = decide(baseline, candidate, band)
         claim = Claim(self.chapter, claim_id, question, v.ratio, v.low, v.high, v.verdict,
-                      v.noisy, v.n, self._device, self._scale, self.band.width, v.baseline,
+                      v.noisy, v.n, self._device, self._scale, band.width, v.baseline,
                       v.candidate, headline)
         self.claims[claim_id] = claim
         return claim
@@ -129,10 +133,27 @@ def reread_verdict(row) -> str:
 
 
 def describe(row) -> str:
-    """'12.3x [11.9, 12.8]' (speed-up of candidate over baseline, 95% interval), and
-    a note when a side was noisy."""
-    text = f"{row['ratio']:.2f}x [{row['low']:.2f}, {row['high']:.2f}]"
+    """'1.021x [1.012, 1.043]' (speed-up of candidate over baseline, 95% interval), and
+    a note when a side was noisy. Three decimals below 10x, so an interval shown against
+    a band of a few percent shows where its ends lie; three significant digits above."""
+    values = [float(row[k]) for k in ("ratio", "low", "high")]
+    ratio, low, high = (f"{v:.3f}" if v < 10 else f"{v:.3g}" for v in values)
+    text = f"{ratio}x [{low}, {high}]"
     return text + ", noisy" if _as_bool(row["noisy"]) else text
+
+
+def glue_noise(timings, glue: Callable[[str, object], None] = glue_value) -> dict:
+    """Glue a chapter's noise record for its box: `timing_count`, `noisy_count` (IQR above
+    10% of the median after all rounds) and `extended_count` (timings that needed more
+    than the standard rounds because they were noisy). Returns what it glued."""
+    from deepdive.timing import BLOCKS
+
+    counts = {"timing_count": len(timings),
+              "noisy_count": sum(t.noisy for t in timings),
+              "extended_count": sum(t.n > BLOCKS for t in timings)}
+    for key, value in counts.items():
+        glue(key, value)
+    return counts
 
 
 def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) -> dict:

@@ -147,10 +147,11 @@ def pin_cpu_threads(n: int | None = None) -> int:
     `compute_threads()`).
 
     XLA has no thread-count flag: it sizes its CPU thread pool from the process's CPU
-    affinity when its backend starts. So the affinity mask is narrowed to `n` cores (if
-    fewer than available) and torch is told the same number. Call it before `import jax`.
-    Chapter 1 explains why (protocol rule 5); the methodology page measures how the choice
-    affects the stability of timings.
+    affinity when its backend initialises, at the first JAX operation. So the affinity
+    mask is narrowed to `n` cores (if fewer than available) and torch is told the same
+    number. It refuses once `jax` is imported: the simplest point that is certainly
+    before the backend starts. Chapter 1 explains why (protocol rule 5); the methodology
+    page measures how the choice affects the stability of timings.
     """
     available = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     cores = len(available) if available else os.cpu_count()
@@ -160,7 +161,8 @@ def pin_cpu_threads(n: int | None = None) -> int:
                          f"available cores), got {n!r}")
     if "jax" in sys.modules:
         raise RuntimeError("pin_cpu_threads must run before `import jax`: XLA sizes its thread "
-                           "pool once, at start-up; restart the kernel and call it first")
+                           "pool once, when its backend starts; restart the kernel and call "
+                           "it first")
     if available and n < cores:
         os.sched_setaffinity(0, available[:n])
     os.environ["OMP_NUM_THREADS"] = str(n)

@@ -2,8 +2,9 @@
 
 A comparison is two timings of one `deepdive.timing.compare` call, so their blocks were
 interleaved round by round. Its ratio is the median of the per-round ratios
-(baseline time / candidate time: above 1, the candidate is faster) with a bootstrap 95%
-interval over rounds (`deepdive.timing.speedup`). The verdict then reads:
+(baseline time / candidate time: above 1, the candidate is faster) with a
+distribution-free 95% interval for that median (`deepdive.timing.speedup`). The verdict
+then reads:
 
 - **inconclusive** when either side is noisy (IQR above 10% of its median): its median is
   not trustworthy enough to compare;
@@ -15,8 +16,10 @@ interval over rounds (`deepdive.timing.speedup`). The verdict then reads:
 
 The tie band is this build's own run-to-run spread, measured when the chapter runs
 (`measure_tie_band`): separately built copies of the same workloads, timed against each
-other like any comparison; the band reaches as far from 1 as their intervals did. Chapter
-1 introduces the rule; `deepdive.claims` records every verdict.
+other like any comparison; the band reaches as far from 1 as their intervals did. A
+comparison that carries its own A/A control (a second copy of its baseline in the same
+rounds) widens the band to that control's reach (`widen`). Chapter 1 introduces the rule;
+`deepdive.claims` records every verdict.
 """
 
 from __future__ import annotations
@@ -107,15 +110,31 @@ def decide(baseline: Timing, candidate: Timing, band: TieBand) -> Verdict:
                    classify(ratio, low, high, noisy, band))
 
 
+def reach(ratio_interval: tuple[float, float, float]) -> float:
+    """How far from 1, as a fraction, an A/A pair's 95% interval reaches."""
+    _, low, high = ratio_interval
+    return max(high - 1, 1 / low - 1, 0.0)
+
+
+def widen(band: TieBand, baseline: Timing, control: Timing) -> TieBand:
+    """The band for one comparison: the chapter's, or as far as an A/A control of that
+    comparison's own baseline reached, whichever is wider."""
+    if not interleaved(baseline, control):
+        raise ValueError(f"the control {control.label!r} was not timed in the same compare() "
+                         f"call as {baseline.label!r}: time the copy in the same rounds")
+    return TieBand(max(band.width, reach(speedup(baseline, control))), band.evidence)
+
+
 def measure_tie_band(frameworks: Iterable[str] = FRAMEWORKS, copies: int = 2) -> TieBand:
     """This build's run-to-run spread, measured now: the tie band for its comparisons.
 
-    For each framework, two workloads at the time scales the book compares, a small
-    allocating matmul (compute) and a tiny elementwise op (dispatch), are each built
-    `copies` times, with their own inputs and, for JAX, their own compilation. All copies
-    are timed in one interleaved `compare`, exactly as comparisons are. Every pair of
-    copies of one workload should be a tie; the band reaches as far from 1 as any of
-    their 95% intervals did.
+    For each framework, three workloads at the time scales the book compares, a tiny
+    elementwise op (microseconds: dispatch), a 256x256 matmul (a fraction of a
+    millisecond) and a 1024x1024 matmul (tens of milliseconds on one CPU core, as long as
+    a small training step), are each built `copies` times, with their own inputs and, for
+    JAX, their own compilation. All copies are timed in one interleaved `compare`,
+    exactly as comparisons are. Every pair of copies of one workload should be a tie; the
+    band reaches as far from 1 as any of their 95% intervals did.
     """
     frameworks = tuple(frameworks)
     unknown = set(frameworks) - set(FRAMEWORKS)
@@ -128,51 +147,57 @@ def measure_tie_band(frameworks: Iterable[str] = FRAMEWORKS, copies: int = 2) ->
     variants = {f"{name} #{i + 1}": build() for name, build in builders.items()
                 for i in range(copies)}
     timings = compare(variants)
-    evidence, reach = [], 0.0
+    evidence, widest = [], 0.0
     for name in builders:
         first = timings[f"{name} #1"]
         for i in range(2, copies + 1):
             other = timings[f"{name} #{i}"]
             ratio, low, high = speedup(first, other)
-            reach = max(reach, high - 1, 1 / low - 1)
+            widest = max(widest, reach((ratio, low, high)))
             evidence.append({"workload": name, "pair": f"#1 / #{i}", "ratio": ratio,
                              "low": low, "high": high,
                              "noisy": bool(first.noisy or other.noisy),
                              "median (µs)": first.median * 1e6})
-    return TieBand(float(reach), tuple(evidence))
+    return TieBand(float(widest), tuple(evidence))
 
 
 def _torch_workloads() -> dict[str, Callable[[], Callable[[], object]]]:
     import torch
 
-    def matmul():
-        a, b = torch.randn(256, 256), torch.randn(256, 256)
-        return lambda: a @ b
+    def matmul(n):
+        def build():
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            return lambda: a @ b
+        return build
 
     def tiny():
         v = torch.ones(16)
         return lambda: torch.sin(v * 1.0001 + 0.5)
 
-    return {"torch 256x256 matmul": matmul, "torch tiny elementwise": tiny}
+    return {"torch tiny elementwise": tiny, "torch 256x256 matmul": matmul(256),
+            "torch 1024x1024 matmul": matmul(1024)}
 
 
 def _jax_workloads() -> dict[str, Callable[[], Callable[[], object]]]:
     import jax
     import jax.numpy as jnp
 
-    def matmul():
-        rng = np.random.default_rng(0)
-        a, b = (jnp.asarray(rng.standard_normal((256, 256), dtype=np.float32))
-                for _ in range(2))
-        fn = jax.jit(lambda x, y: jnp.tanh(x @ y))
-        return lambda: fn(a, b)
+    def matmul(n):
+        def build():
+            rng = np.random.default_rng(0)
+            a, b = (jnp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+                    for _ in range(2))
+            fn = jax.jit(lambda x, y: jnp.tanh(x @ y))
+            return lambda: fn(a, b)
+        return build
 
     def tiny():
         v = jnp.ones(16)
         fn = jax.jit(lambda x: jnp.sin(x * 1.0001 + 0.5))
         return lambda: fn(v)
 
-    return {"jax.jit 256x256 matmul": matmul, "jax.jit tiny elementwise": tiny}
+    return {"jax.jit tiny elementwise": tiny, "jax.jit 256x256 matmul": matmul(256),
+            "jax.jit 1024x1024 matmul": matmul(1024)}
 
 
 _WORKLOADS = {"torch": _torch_workloads, "jax": _jax_workloads}
