@@ -1,4 +1,4 @@
-"""Synced, blocked timing with medians, IQRs and bootstrap intervals.
+"""Synced, blocked, interleaved timing with medians, IQRs and intervals.
 
 The method follows `torch.utils.benchmark`'s blocked autorange: calls run in blocks
 grown until a block lasts long enough that timer overhead is negligible, and every
@@ -31,7 +31,7 @@ from deepdive.sync import block, pace
 NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns above the same ratio
 BOOTSTRAP_RESAMPLES = 2000
 # Every timed variant in the book gets at least this many blocks (samples): with fewer, a
-# median's bootstrap interval is too coarse to decide a comparison (methodology page).
+# median's interval is too coarse to decide a comparison (methodology page).
 BLOCKS = 15
 # A block grows until it lasts this long: timer and sync overheads vanish in it, and a
 # scheduler hiccup lands in one sample instead of many (methodology page).
@@ -224,7 +224,7 @@ def compare(
     output before any timing.
 
     After `blocks` rounds, while any variant is still noisy (IQR above 10% of its
-    median), more rounds run, up to `max_blocks` (default: three times `blocks`), as
+    median), more rounds run, up to `max_blocks` (default: twice `blocks`), as
     `torch.utils.benchmark`'s adaptive autorange does: a slow spell of a shared machine
     then weighs less in the quartiles. Every variant gets the same rounds, so pairs stay
     paired; a variant still noisy at the end stays flagged.
@@ -234,7 +234,7 @@ def compare(
     Chapter 4's batch-size sweep uses it.
     """
     _check_options(variants, blocks, warmup, min_block_s, min_calls, sync)
-    max_blocks = 3 * blocks if max_blocks is None else max_blocks
+    max_blocks = 2 * blocks if max_blocks is None else max_blocks
     if not isinstance(max_blocks, int) or isinstance(max_blocks, bool) or max_blocks < blocks:
         raise ValueError(f"max_blocks must be an integer >= blocks ({blocks}), got {max_blocks!r}")
     checks = dict(check or {})
