@@ -175,6 +175,10 @@ def test_an_a_a_control_widens_the_band_of_its_claim_only():
     assert with_control.tie_band == pytest.approx(1.08 / 1.00 - 1)
     assert (with_control.verdict, without.verdict) == ("tie", "faster")
     assert without.tie_band == 0.03
+    claims.save()
+    glued, glue = collect()
+    glue_claims("03_torch_compile", glue=glue)
+    assert glued["tie_band_pct"] == pytest.approx(3.0)  # the chapter's band, not a widened one
 
 
 def test_a_control_from_another_compare_call_is_refused():

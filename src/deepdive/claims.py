@@ -163,7 +163,8 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
     the bare verdict, `<id>_ratio` its numbers. For the chapter: `claims_found`, the
     headline claims as Markdown bullets for its "What this build found" box (paste with
     the `glue:md` directive), `claims_all` every claim as a table, `tie_band_pct` the
-    band in percent. Returns what it glued, by key.
+    chapter's band in percent (the narrowest of its claims': controls only widen). Returns
+    what it glued, by key.
     """
     import pandas as pd
     from IPython.display import Markdown
@@ -187,7 +188,8 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
             bullets.append(f"- {row['question']}: **{verdict}**, {describe(row)}")
     put("claims_found", Markdown("\n".join(bullets) or "- (no headline claims)"))
     put("claims_all", pd.DataFrame(rows).set_index("question"))
-    put("tie_band_pct", 100 * float(frame["tie_band"].iloc[0]))
+    # The chapter's own band: a claim with an A/A control may have widened only its own.
+    put("tie_band_pct", 100 * float(frame["tie_band"].min()))
     return glued
 
 
