@@ -57,6 +57,26 @@ def test_params_for_flops_is_nanogpts_count_without_position_embeddings(model):
     assert model.params_for_flops() == everything - TINY.block_size * TINY.n_embd
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_matmul_params_are_what_the_flop_counter_charges_a_training_step(bias):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**vars(TINY), "bias": bias}))
+    norms = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.LayerNorm)
+                for p in m.parameters())
+    biases = sum(m.bias.numel() for m in model.modules()
+                 if isinstance(m, torch.nn.Linear) and m.bias is not None)
+    assert model.matmul_params() == model.params_for_flops() - norms - biases
+    idx, targets = token_ids(), token_ids(seed=2)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(idx, targets).backward()
+    matmuls = sum(flops for op, flops in counter.get_flop_counts()["Global"].items()
+                  if str(op).split(".")[-1] in ("mm", "addmm", "bmm"))
+    assert matmuls == 6 * model.matmul_params() * idx.numel()
+
+
 @pytest.mark.parametrize(("cfg", "millions"), [
     # nanoGPT prints these for train_shakespeare_char.py and train.py's GPT-2 defaults.
     (GPTConfig(6, 6, 384, 256, 65), 10.65),

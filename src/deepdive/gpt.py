@@ -7,7 +7,8 @@ embedding's weight (weight tying). Initialisation is GPT-2's, as nanoGPT does it
 N(0, 0.02), zero biases, and the residual projections scaled down by sqrt(2 * n_layer).
 Unlike nanoGPT there is no dropout (its benchmark runs with dropout 0 too) and
 `forward(idx, targets)` returns only the mean cross-entropy loss; `logits(idx)` gives the
-logits. `params_for_flops` counts the parameters that nanoGPT's MFU formula charges, and
+logits. `params_for_flops` counts the parameters that nanoGPT's MFU formula charges,
+`matmul_params` those that enter a matmul (what PyTorch's FLOP counter charges), and
 `adamw` builds nanoGPT's optimizer (weight decay on matrices only).
 """
 
@@ -148,6 +149,18 @@ class GPT(nn.Module):
         weight tying it is also the output head's matmul.
         """
         return self.num_parameters() - self.pos.weight.numel()
+
+    def matmul_params(self) -> int:
+        """The parameters that enter a matmul: the linear layers' weights, the tied head
+        counted once. Not the position embeddings (a lookup), nor LayerNorm gains and
+        biases (elementwise). A training step's matmuls cost 6 FLOPs per such parameter
+        and token (2 in the forward, 4 in the backward's two matmuls), which is what
+        PyTorch's `FlopCounterMode` counts for them; chapter 3 compares it with nanoGPT's
+        6N + 12LHQT formula.
+        """
+        weights = {id(m.weight): m.weight.numel() for m in self.modules()
+                   if isinstance(m, nn.Linear)}
+        return sum(weights.values())
 
 
 def adamw(model: nn.Module, lr: float, weight_decay: float = 0.1,
