@@ -1,9 +1,12 @@
 """The evidence behind chapter 6's guide, computed from the other chapters' saved results.
 
-Every claim the guide makes about speed or memory is a `Claim`: a question, the chapter
-that measured it, and a function that reads that chapter's records (`deepdive.results`)
-and returns a number and which framework it favours. Nothing here holds a measured
-value; a chapter whose results are missing shows up as MISSING, never as a stale number.
+Where a chapter decides its comparisons with the verdict rule (chapters 1 to 3), the
+guide takes the verdict from `_build/results/claims.csv`: a `FromClaim` names the claim
+and which framework each verdict favours, so the guide can never say more than the
+chapter did. The other chapters' rows are `Claim`s: a question, the chapter that measured
+it, and a function that reads that chapter's records (`deepdive.results`) and returns a
+number and which framework it favours. Nothing here holds a measured value; a chapter
+whose results are missing shows up as MISSING, never as a stale number.
 """
 
 from __future__ import annotations
@@ -83,31 +86,38 @@ def _torch_ddp_overhead(frame):
                     metric="step median (ms)", size=1))
 
 
+@dataclass(frozen=True)
+class FromClaim:
+    """A guide row read from claims.csv: `favours` maps a verdict (the candidate against
+    the baseline) to what it favours; a tie is "even" and an inconclusive claim says so."""
+
+    topic: str
+    chapter: str
+    question: str
+    claim_id: str
+    favours: dict
+
+
+def _jax_if_faster() -> dict:
+    return {"faster": "JAX", "slower": "PyTorch"}
+
+
+def _torch_if_faster() -> dict:
+    return {"faster": "PyTorch", "slower": "JAX"}
+
+
 CLAIMS = (
-    Claim("vectorization", "01_vmap", "Compiled vmap on attention: which runs faster?",
-          lambda f: value(f, experiment="attention", variant="torch.compile(vmap)")
-          / value(f, experiment="attention", variant="jax.jit(vmap)"),
-          "torch.compile(vmap) time / jax.jit(vmap) time, largest batch",
-          ratio_favours("JAX", "PyTorch")),
-    Claim("vectorization", "01_vmap", "vmap against a Python loop (JAX, attention)",
-          lambda f: value(f, experiment="attention", variant="JAX loop")
-          / value(f, experiment="attention", variant="jax.jit(vmap)"),
-          "loop time / jax.jit(vmap) time, largest batch", ratio_favours("vmap", "loop")),
-    Claim("overhead", "02_jit_xla", "Many tiny ops: PyTorch eager against jax.jit",
-          lambda f: value(f, experiment="dispatch_tiny", variant="PyTorch eager")
-          / value(f, experiment="dispatch_tiny", variant="jax.jit"),
-          "PyTorch eager time / jax.jit time, 16 ops", ratio_favours("JAX", "PyTorch")),
-    Claim("compilation", "02_jit_xla", "Fusing an elementwise chain: torch.compile vs jax.jit",
-          lambda f: value(f, experiment="fusion_chain", variant="torch.compile")
-          / value(f, experiment="fusion_chain", variant="jax.jit"),
-          "torch.compile time / jax.jit time, longest chain", ratio_favours("JAX", "PyTorch")),
-    Claim("compilation", "03_torch_compile", "torch.compile on a GPT training step (fp32)",
-          lambda f: value(f, experiment="gpt_training", variant="eager fp32",
-                          metric="step median (ms)", size="char-small")
-          / value(f, experiment="gpt_training", variant="inductor fp32",
-                  metric="step median (ms)", size="char-small"),
-          "eager step / inductor step, Shakespeare-char model",
-          ratio_favours("torch.compile", "eager")),
+    FromClaim("vectorization", "01_vmap", "Compiled vmap on attention: which runs faster?",
+              "attention_jit_vs_compile", _jax_if_faster()),
+    FromClaim("vectorization", "01_vmap", "vmap against a Python loop (JAX, attention, eager)",
+              "attention_jax_vmap_vs_loop", {"faster": "vmap", "slower": "loop"}),
+    FromClaim("overhead", "02_jit_xla", "Many tiny ops, compiled: torch.compile against jax.jit",
+              "tiny_compile_vs_jit", _torch_if_faster()),
+    FromClaim("compilation", "02_jit_xla",
+              "Fusing an elementwise chain: torch.compile vs jax.jit (freed memory kept)",
+              "kept_fusion_compile_vs_jit", _torch_if_faster()),
+    FromClaim("compilation", "03_torch_compile", "torch.compile on a GPT training step (fp32)",
+              "char_inductor_fp32", {"faster": "torch.compile", "slower": "eager"}),
     Claim("training", "04_vit_training", "ViT training step, fastest mode of each (fp32)",
           _vit_head_to_head, "fastest PyTorch step / fastest JAX step, batch 32",
           ratio_favours("JAX", "PyTorch")),
@@ -128,9 +138,13 @@ CLAIMS = (
 
 
 def load_all(directory: Path) -> dict[str, pd.DataFrame | None]:
-    """Each chapter's saved records, or None where the chapter has not saved any."""
-    return {chapter: pd.read_csv(directory / f"{chapter}.csv")
-            if (directory / f"{chapter}.csv").exists() else None for chapter in CHAPTERS}
+    """Each chapter's saved records, or None where the chapter has not saved any; under
+    "claims", claims.csv (or None)."""
+    found = {chapter: pd.read_csv(directory / f"{chapter}.csv")
+             if (directory / f"{chapter}.csv").exists() else None for chapter in CHAPTERS}
+    claims = directory / "claims.csv"
+    found["claims"] = pd.read_csv(claims) if claims.exists() else None
+    return found
 
 
 def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
@@ -138,15 +152,40 @@ def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
     it came from (device and scale of that chapter's build), or MISSING."""
     rows = []
     for claim in CLAIMS:
-        frame = results.get(claim.chapter)
-        row = {"topic": claim.topic, "question": claim.question, "chapter": claim.chapter,
-               "meaning": claim.meaning}
-        if frame is None or frame.empty:
-            row.update(value=float("nan"), favours="MISSING",
-                       measured_on=f"MISSING: no results from {claim.chapter}; build it first")
+        row = {"topic": claim.topic, "question": claim.question, "chapter": claim.chapter}
+        if isinstance(claim, FromClaim):
+            row.update(_from_claims(claim, results.get("claims")))
         else:
-            number = claim.measure(frame)
-            row.update(value=number, favours=claim.favours(number),
-                       measured_on=f"{frame['device'].iat[0]}, scale={frame['scale'].iat[0]}")
+            row.update(_from_records(claim, results.get(claim.chapter)))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _missing(chapter: str, what: str) -> dict:
+    return {"value": float("nan"), "favours": "MISSING",
+            "measured_on": f"MISSING: no {what} from {chapter}; build it first"}
+
+
+def _from_claims(claim: FromClaim, claims: pd.DataFrame | None) -> dict:
+    from deepdive.claims import reread_verdict
+
+    rows = None if claims is None else claims[(claims["chapter"] == claim.chapter)
+                                              & (claims["claim_id"] == claim.claim_id)]
+    if rows is None or rows.empty:
+        return {"meaning": f"claim {claim.claim_id}", **_missing(claim.chapter, "claim")}
+    saved = rows.iloc[0]
+    verdict = reread_verdict(saved)
+    favours = claim.favours.get(verdict, "even" if verdict == "tie"
+                                else "inconclusive on this build")
+    return {"meaning": f"{saved['baseline']} time / {saved['candidate']} time ({verdict}, "
+                       f"95% interval [{saved['low']:.3f}, {saved['high']:.3f}])",
+            "value": float(saved["ratio"]), "favours": favours,
+            "measured_on": f"{saved['device']}, scale={saved['scale']}"}
+
+
+def _from_records(claim: Claim, frame: pd.DataFrame | None) -> dict:
+    if frame is None or frame.empty:
+        return {"meaning": claim.meaning, **_missing(claim.chapter, "results")}
+    number = claim.measure(frame)
+    return {"meaning": claim.meaning, "value": number, "favours": claim.favours(number),
+            "measured_on": f"{frame['device'].iat[0]}, scale={frame['scale'].iat[0]}"}
