@@ -53,32 +53,33 @@ def caption(fig, text: str) -> None:
     fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, 0.2))
 
 
+def medians_and_whiskers(timings: Sequence[Timing], unit: str):
+    """Medians and their (below, above) distances to the quartiles, in `unit`."""
+    if unit not in _UNITS:
+        raise ValueError(f"unit {unit!r} is not known; accepted: {', '.join(_UNITS)}")
+    scale = _UNITS[unit]
+    medians = [t.median / scale for t in timings]
+    whiskers = [[(t.median - t.q1) / scale for t in timings],
+                [(t.q3 - t.median) / scale for t in timings]]
+    return medians, whiskers
+
+
 def plot_timings(ax, sizes: Sequence[float], timings: Sequence[Timing], label: str,
                  unit: str = "ms", **style) -> None:
     """Median per size with an IQR error bar, in `unit` (s, ms or µs)."""
-    if unit not in _UNITS:
-        raise ValueError(f"unit {unit!r} is not known; accepted: {', '.join(_UNITS)}")
+    medians, whiskers = medians_and_whiskers(timings, unit)
     if len(sizes) != len(timings):
         raise ValueError(f"{len(sizes)} sizes but {len(timings)} timings: one each")
-    scale = _UNITS[unit]
-    medians = [t.median / scale for t in timings]
-    below = [(t.median - t.q1) / scale for t in timings]
-    above = [(t.q3 - t.median) / scale for t in timings]
-    ax.errorbar(sizes, medians, yerr=[below, above], label=label, capsize=3, marker="o",
+    ax.errorbar(sizes, medians, yerr=whiskers, label=label, capsize=3, marker="o",
                 markersize=4, **style)
 
 
 def bar_timings(ax, labels: Sequence[str], timings: Sequence[Timing], unit: str = "ms",
                 horizontal: bool = True, **style) -> None:
     """Bars of medians with IQR whiskers, in `unit`: every bar chart of timings uses it."""
-    if unit not in _UNITS:
-        raise ValueError(f"unit {unit!r} is not known; accepted: {', '.join(_UNITS)}")
+    medians, whiskers = medians_and_whiskers(timings, unit)
     if len(labels) != len(timings):
         raise ValueError(f"{len(labels)} labels but {len(timings)} timings: one each")
-    scale = _UNITS[unit]
-    medians = [t.median / scale for t in timings]
-    whiskers = [[(t.median - t.q1) / scale for t in timings],
-                [(t.q3 - t.median) / scale for t in timings]]
     if horizontal:
         ax.barh(list(labels), medians, xerr=whiskers, capsize=3, **style)
     else:
