@@ -179,6 +179,7 @@ def test_an_a_a_control_widens_the_band_of_its_claim_only():
     glued, glue = collect()
     glue_claims("03_torch_compile", glue=glue)
     assert glued["tie_band_pct"] == pytest.approx(3.0)  # the chapter's band, not a widened one
+    assert glued["tie_band_range"] == "[0.971, 1.030]"
 
 
 def test_a_control_from_another_compare_call_is_refused():
@@ -192,7 +193,8 @@ def test_a_control_from_another_compare_call_is_refused():
 @pytest.mark.parametrize(("numbers", "text"), [
     ((1.0213, 1.0119, 1.0432), "1.021x [1.012, 1.043]"),
     ((0.99, 0.97, 0.9933), "0.990x [0.970, 0.993]"),
-    ((1595.6, 1559.5, 1629.1), "1.6e+03x [1.56e+03, 1.63e+03]"),
+    ((1595.6, 1559.5, 1629.1), "1596x [1560, 1629]"),
+    ((24.02, 23.41, 24.0), "24.0x [23.4, 24.0]"),
 ])
 def test_describe_shows_enough_digits_to_place_an_interval_against_the_band(numbers, text):
     row = dict(zip(("ratio", "low", "high"), numbers, strict=True), noisy=False)
@@ -204,6 +206,10 @@ def test_glue_noise_counts_noisy_and_extended_timings():
     noisy = paired("b", [1e-3, 2e-3] * 10)  # 20 rounds: extended, and still noisy
     glued, glue = collect()
 
-    counts = glue_noise([steady, noisy], glue=glue)
+    partner = paired("c", [1e-3] * 20)  # timed in the same rounds as `noisy`
+    steady = paired("a", [1e-3] * 15, session=2)
 
-    assert counts == glued == {"timing_count": 2, "noisy_count": 1, "extended_count": 1}
+    counts = glue_noise([steady, noisy, partner], glue=glue)
+
+    assert counts == glued == {"timing_count": 3, "noisy_count": 1, "set_count": 2,
+                               "extended_sets": 1, "extended_count": 2}

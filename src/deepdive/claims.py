@@ -135,21 +135,29 @@ def reread_verdict(row) -> str:
 def describe(row) -> str:
     """'1.021x [1.012, 1.043]' (speed-up of candidate over baseline, 95% interval), and
     a note when a side was noisy. Three decimals below 10x, so an interval shown against
-    a band of a few percent shows where its ends lie; three significant digits above."""
-    values = [float(row[k]) for k in ("ratio", "low", "high")]
-    ratio, low, high = (f"{v:.3f}" if v < 10 else f"{v:.3g}" for v in values)
+    a band of a few percent shows where its ends lie; one decimal up to 1000x; none above."""
+    ratio, low, high = (_ratio_text(float(row[k])) for k in ("ratio", "low", "high"))
     text = f"{ratio}x [{low}, {high}]"
     return text + ", noisy" if _as_bool(row["noisy"]) else text
 
 
+def _ratio_text(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+
+
 def glue_noise(timings, glue: Callable[[str, object], None] = glue_value) -> dict:
     """Glue a chapter's noise record for its box: `timing_count`, `noisy_count` (IQR above
-    10% of the median after all rounds) and `extended_count` (timings that needed more
-    than the standard rounds because they were noisy). Returns what it glued."""
+    10% of the median after all rounds), `set_count` (compare calls, each a set of
+    variants timed in the same rounds) and `extended_sets` (sets that ran more than the
+    standard rounds: when any variant of a set is noisy, all of them get more rounds, so
+    that they stay paired). Returns what it glued."""
     from deepdive.timing import BLOCKS
 
+    sessions = {t.session: t.n for t in timings}
     counts = {"timing_count": len(timings),
               "noisy_count": sum(t.noisy for t in timings),
+              "set_count": len(sessions),
+              "extended_sets": sum(n > BLOCKS for n in sessions.values()),
               "extended_count": sum(t.n > BLOCKS for t in timings)}
     for key, value in counts.items():
         glue(key, value)
@@ -189,7 +197,9 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
     put("claims_found", Markdown("\n".join(bullets) or "- (no headline claims)"))
     put("claims_all", pd.DataFrame(rows).set_index("question"))
     # The chapter's own band: a claim with an A/A control may have widened only its own.
-    put("tie_band_pct", 100 * float(frame["tie_band"].min()))
+    band = TieBand(float(frame["tie_band"].min()))
+    put("tie_band_pct", 100 * band.width)
+    put("tie_band_range", f"[{band.low:.3f}, {band.high:.3f}]")
     return glued
 
 
