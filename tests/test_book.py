@@ -24,9 +24,10 @@ MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4, "04_vit_tra
                "05_distributed": 2, "06_choosing": 1}
 GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict",
                 "03_torch_compile": "tbl-compile-verdict",
-                "04_vit_training": "tbl-vit-summary", "06_choosing": "tbl-evidence"}
+                "04_vit_training": "tbl-vit-summary",
+                "05_distributed": "tbl-distributed-verdict", "06_choosing": "tbl-evidence"}
 # The chapters whose every comparison is a claim in claims.csv, decided by deepdive.verdict.
-CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile")
+CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "05_distributed")
 ERROR_MARKERS = ("Traceback (most recent call last)", "Error in callback", "DeadKernelError")
 
 

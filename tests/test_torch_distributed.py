@@ -1,31 +1,43 @@
-"""deepdive.torch_distributed: N real processes (gloo) train like one."""
+"""deepdive.torch_distributed: N real processes (gloo) train like one, over several steps."""
 
 import numpy as np
 import pytest
 
 from deepdive import torch_distributed as td
+from deepdive.equality import assert_same_parameters
 
-SMALL = dict(width=32, depth=2, batch_size=8, steps=2)
+SMALL = dict(width=32, depth=2, batch_size=8, steps=2, check_steps=3)
+TOLERANCE = dict(rtol=1e-5, atol=1e-7)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("distributed"))
-    return {strategy: td.spawn(strategy, world, out, **SMALL)
-            for strategy, world in (("single", 1), ("ddp", 2), ("fsdp2", 2))}
+    # DDP then FSDP2 in the same two processes, as the chapter runs them.
+    return {"single": td.spawn("single", 1, out, **SMALL),
+            **td.spawn_each(("ddp", "fsdp2"), 2, out, **SMALL)}
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_two_processes_take_the_same_step_as_one(runs, strategy):
+def test_two_processes_take_the_same_steps_as_one(runs, strategy):
     reference, records = runs["single"][0], runs[strategy]
 
     assert [r["rank"] for r in records] == [0, 1]
-    assert records[0]["loss"] == pytest.approx(reference["loss"], rel=1e-6)
-    for name, value in reference["params"].items():
-        np.testing.assert_allclose(records[0]["params"][name], value, rtol=1e-5, atol=1e-7)
+    assert len(records[0]["losses"]) == SMALL["check_steps"]
+    np.testing.assert_allclose(records[0]["losses"], reference["losses"], rtol=1e-6)
+    assert_same_parameters(records[0]["params"], reference["params"], **TOLERANCE)
     moved = sum(np.abs(v - td.make_model(32, 2).state_dict()[k].numpy()).max()
                 for k, v in reference["params"].items())
-    assert moved > 0  # the step changed the weights, so equality means something
+    assert moved > 0  # the steps changed the weights, so equality means something
+
+
+def test_a_rank_group_without_momentum_fails_the_check(runs, tmp_path):
+    """The chapter's multi-step check catches DDP run with SGD momentum dropped."""
+    options = {**SMALL, "sgd": {**td.SGD, "momentum": 0.0}}
+    no_momentum = td.spawn("ddp", 2, str(tmp_path), **options)[0]
+
+    with pytest.raises(AssertionError, match="parameter"):
+        assert_same_parameters(no_momentum["params"], runs["single"][0]["params"], **TOLERANCE)
 
 
 def test_fsdp2_holds_half_the_parameters_per_rank_and_ddp_all(runs):
@@ -35,6 +47,13 @@ def test_fsdp2_holds_half_the_parameters_per_rank_and_ddp_all(runs):
     assert sum(r["param_bytes"] for r in runs["fsdp2"]) == full
     assert all(r["param_bytes"] < full for r in runs["fsdp2"])
     assert all(r["optimizer_bytes"] == r["param_bytes"] for r in runs["fsdp2"])  # momentum
+
+
+def test_fsdp2_records_each_ranks_shard_shapes(runs):
+    shapes = [r["local_shapes"]["4.weight"] for r in runs["fsdp2"]]  # the (10, 32) output
+
+    assert shapes == [[5, 32], [5, 32]]  # dim 0 split over the ranks
+    assert runs["single"][0]["local_shapes"]["4.weight"] == [10, 32]
 
 
 def test_every_rank_timed_the_same_number_of_steps(runs):
@@ -50,3 +69,19 @@ def test_every_rank_timed_the_same_number_of_steps(runs):
 def test_bad_runs_are_refused_before_any_process_starts(tmp_path, args, message):
     with pytest.raises(ValueError, match=message):
         td.spawn(*args, str(tmp_path))
+    with pytest.raises(ValueError, match=message):
+        td.spawn_each(("ddp", args[0]) if args[0] != "ddp" else (args[0],), *args[1:],
+                      str(tmp_path))
+
+
+def test_spawn_each_needs_a_strategy(tmp_path):
+    with pytest.raises(ValueError, match="no strategies"):
+        td.spawn_each((), 2, str(tmp_path))
+
+
+def test_the_collectives_of_one_step_are_counted(runs):
+    assert runs["single"][0]["collectives"] == {}
+    assert runs["ddp"][0]["collectives"].get("all-reduce", 0) >= 1  # gradient buckets
+    fsdp2 = runs["fsdp2"][0]["collectives"]
+    assert fsdp2["reduce-scatter"] == 3  # one per sharded layer (three Linear layers)
+    assert fsdp2["all-gather"] >= 3  # before each layer's forward, again before backward

@@ -4,9 +4,11 @@ The same `train` runs in processes spawned from a notebook (`spawn`) and under t
 
     torchrun --nnodes=2 --nproc-per-node=8 -m deepdive.torch_distributed --strategy fsdp2
 
-Each rank trains a small MLP on its slice of one global batch and writes what it saw
-(loss, full parameters after the first step, its local memory, its step times) to
-`out_dir`, so the caller can check N processes against one.
+Each rank trains a small MLP on its slice of one global batch per step and writes what it
+saw (the losses and full parameters after the first `check_steps` steps, the memory it
+holds after them, its local shard shapes, its step times) to `out_dir`, so the caller can
+check N processes against one over several steps: one step cannot tell SGD with momentum
+from SGD without it (the first momentum buffer is the gradient itself).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import json
 import os
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 STRATEGIES = ("single", "ddp", "fsdp2")
 SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
+CHECK_STEPS = 6  # steps compared against one process: momentum shows from the second on
 
 
 def make_model(width: int, depth: int, n_in: int = 64, n_out: int = 10, seed: int = 0):
@@ -48,8 +52,11 @@ def global_batch(batch_size: int, step: int, n_in: int = 64, n_out: int = 10):
 
 
 def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 256,
-          depth: int = 3, batch_size: int = 64, steps: int = 20) -> None:
-    """One rank's run: wrap the model per `strategy`, train, and write the record."""
+          depth: int = 3, batch_size: int = 64, steps: int = 20,
+          check_steps: int = CHECK_STEPS, sgd: dict | None = None) -> None:
+    """One rank's run: wrap the model per `strategy`, train `check_steps` steps and record
+    the parameters, then time `steps` more (one sample each), and write the record.
+    `sgd` overrides the optimizer's options (the tests drop the momentum on one side)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -58,12 +65,19 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
     from deepdive.timing import Timing
 
     _check(strategy, world, batch_size)
+    if not isinstance(check_steps, int) or check_steps < 1:
+        raise ValueError(f"check_steps must be an integer >= 1, got {check_steps!r}")
     device = _device(rank, world)
-    if strategy != "single":
+    own_group = strategy != "single" and not dist.is_initialized()  # else the caller's
+    if own_group:
         dist.init_process_group(_backend(world), rank=rank, world_size=world)
     torch.set_num_threads(1)  # the ranks share this machine's cores
+    if strategy == "fsdp2":  # this worker's own process; the warning is about in-place ops
+        import warnings  # on the model's output, and the loss reads it out of place
+
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
     model = wrap(make_model(width, depth).to(device), strategy, world, device)
-    optimizer = torch.optim.SGD(model.parameters(), **SGD)
+    optimizer = torch.optim.SGD(model.parameters(), **(SGD if sgd is None else sgd))
     local = batch_size // world
     counter = iter(range(10**9))
 
@@ -78,11 +92,18 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
         return loss.detach()
 
     start = time.perf_counter()
-    first_loss = block(step())
+    local_losses = [block(step())]
     first_call = time.perf_counter() - start
-    losses = _all_ranks_mean(first_loss, strategy)
+    local_losses += [step() for _ in range(check_steps - 2)]
+    counted = {}
+    if check_steps > 1:  # the last checked step, past DDP's bucket rebuild: a steady one
+        with _counting_collectives() as counted:
+            local_losses.append(step())
+    losses = [_all_ranks_mean(loss, strategy) for loss in local_losses]
     params = _full_parameters(model)
-    memory = _local_bytes(model, optimizer)
+    memory = _local_bytes(model, optimizer)  # after the steps: momentum buffers exist
+    shapes = {name.removeprefix("module."): list(_local(p).shape)
+              for name, p in model.named_parameters()}
     # A fixed count, one step per sample: every rank must run the same number of steps,
     # or the collectives inside them wait forever (no autorange here).
     samples = []
@@ -93,10 +114,13 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
     timing = Timing(f"{strategy} x{world}", np.asarray(samples), 1, first_call)
     if strategy != "single":
         dist.barrier()
+    if own_group:
         dist.destroy_process_group()
     if rank == 0:
         np.savez(Path(out_dir) / f"{strategy}-params.npz", **params)
-    record = {"strategy": strategy, "rank": rank, "world": world, "loss": losses,
+    record = {"strategy": strategy, "rank": rank, "world": world, "losses": losses,
+              "check_steps": check_steps, "local_shapes": shapes,
+              "collectives": counted,
               "backend": "none" if strategy == "single" else _backend(world),
               "step_s_median": timing.median, "step_s_samples": timing.samples.tolist(),
               **memory}
@@ -105,13 +129,24 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
 
 def spawn(strategy: str, world: int, out_dir: str, **options) -> list[dict]:
     """Run `train` in `world` fresh processes (torch.multiprocessing) and read their records."""
+    return spawn_each((strategy,), world, out_dir, **options)[strategy]
+
+
+def spawn_each(strategies, world: int, out_dir: str, **options) -> dict[str, list[dict]]:
+    """Run `train` for each strategy in turn, in the same `world` fresh processes and
+    process group (starting processes costs more than these small runs), and read the
+    records of each. Every strategy builds its own model and optimizer from scratch."""
     import torch.multiprocessing as mp
 
-    _check(strategy, world, options.get("batch_size", 64))
+    strategies = tuple(strategies)
+    if not strategies:
+        raise ValueError("no strategies to run")
+    for strategy in strategies:
+        _check(strategy, world, options.get("batch_size", 64))
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(_free_port())
-    mp.spawn(_spawned, args=(strategy, world, out_dir, options), nprocs=world, join=True)
-    return read_records(strategy, out_dir)
+    mp.spawn(_spawned, args=(strategies, world, out_dir, options), nprocs=world, join=True)
+    return {strategy: read_records(strategy, out_dir) for strategy in strategies}
 
 
 def read_records(strategy: str, out_dir: str) -> list[dict]:
@@ -124,8 +159,18 @@ def read_records(strategy: str, out_dir: str) -> list[dict]:
     return records
 
 
-def _spawned(rank, strategy, world, out_dir, options):
-    train(strategy, rank, world, out_dir, **options)
+def _spawned(rank, strategies, world, out_dir, options):
+    import torch.distributed as dist
+
+    group = world > 1 or any(s != "single" for s in strategies)
+    if group:  # one process group for every strategy of this run
+        dist.init_process_group(_backend(world), rank=rank, world_size=world)
+    try:
+        for strategy in strategies:
+            train(strategy, rank, world, out_dir, **options)
+    finally:
+        if group:
+            dist.destroy_process_group()
 
 
 def wrap(model, strategy: str, world: int, device):
@@ -162,7 +207,7 @@ def _local_bytes(model, optimizer) -> dict[str, int]:
     """Bytes this rank holds for parameters, gradients and optimizer state."""
 
     def size(tensor):
-        tensor = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        tensor = _local(tensor)
         return tensor.numel() * tensor.element_size()
 
     params = list(model.parameters())
@@ -170,6 +215,39 @@ def _local_bytes(model, optimizer) -> dict[str, int]:
     return {"param_bytes": sum(size(p) for p in params),
             "grad_bytes": sum(size(p.grad) for p in params if p.grad is not None),
             "optimizer_bytes": sum(size(v) for v in state)}
+
+
+COLLECTIVE_NAMES = {"allreduce_": "all-reduce", "allgather_": "all-gather",
+                    "_allgather_base_": "all-gather", "allgather_into_tensor_coalesced_":
+                    "all-gather", "reduce_scatter_": "reduce-scatter",
+                    "_reduce_scatter_base_": "reduce-scatter",
+                    "reduce_scatter_tensor_coalesced_": "reduce-scatter",
+                    "broadcast_": "broadcast", "alltoall_": "all-to-all",
+                    "alltoall_base_": "all-to-all"}
+
+
+@contextmanager
+def _counting_collectives():
+    """Count the torch.distributed collectives run inside, named as in XLA's HLO: yields a
+    dict filled on exit. `CommDebugMode` sees every c10d operation that goes through the
+    dispatcher, DDP's bucketed all-reduce and FSDP2's gathers and reduce-scatters included."""
+    import warnings
+
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    counts: dict[str, int] = {}
+    with warnings.catch_warnings(), CommDebugMode() as mode:
+        # Its module hooks make autograd warn that no input requires a gradient: true, harmless.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        yield counts
+    for op, count in mode.get_comm_counts().items():
+        name = COLLECTIVE_NAMES.get(str(op).split(".")[-1], str(op).split(".")[-1])
+        counts[name] = counts.get(name, 0) + count
+
+
+def _local(tensor):
+    """This rank's part of a tensor: the local shard of an FSDP2 DTensor, else the tensor."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def _all_ranks_mean(loss, strategy) -> float:
