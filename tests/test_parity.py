@@ -1,0 +1,163 @@
+"""The parity proof of chapter 4 (`deepdive.parity`) on configurations unlike the chapter's.
+
+HELD_BACK is the configuration on which the old one-step AdamW check failed: it runs with
+both attention paths of the NNX twin. RECTANGULAR has one input channel, a non-square image
+and no q/k/v bias. Each test that breaks something (the port, a beta, the weight decay, the
+momentum) must make the proof raise, naming the quantity that moved.
+"""
+
+import jax
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+from transformers import ViTConfig, ViTForImageClassification
+
+from deepdive import parity, vit
+
+HELD_BACK = dict(num_channels=2, image_size=40, patch_size=8, num_attention_heads=6,
+                 hidden_size=72, intermediate_size=100, num_hidden_layers=3, qkv_bias=True,
+                 hidden_act="gelu", layer_norm_eps=1e-6, num_labels=11)
+RECTANGULAR = dict(num_channels=1, image_size=[24, 36], patch_size=6, num_attention_heads=5,
+                   hidden_size=40, intermediate_size=56, num_hidden_layers=2, qkv_bias=False,
+                   hidden_act="gelu_new", num_labels=4)
+BATCH = {"held-back": (HELD_BACK, 5), "rectangular": (RECTANGULAR, 3)}
+
+
+def ported_pair(name, attention="eager"):
+    config = ViTConfig(**BATCH[name][0])
+    torch.manual_seed(0)
+    hf_model = ViTForImageClassification(config)
+    hf_model.set_attn_implementation("sdpa" if attention == "dot_product_attention" else "eager")
+    model = vit.ViTForImageClassification(config, attention=attention, rngs=nnx.Rngs(0))
+    vit.port_hf_weights(hf_model, model)
+    return hf_model, model
+
+
+def batch(name):
+    config, n = BATCH[name]
+    rng = np.random.default_rng(0)
+    height, width = vit._pair(config["image_size"])
+    return (rng.standard_normal((n, config["num_channels"], height, width), dtype=np.float32),
+            rng.integers(0, config["num_labels"], n))
+
+
+def parameters(hf_model):
+    return {name: p.detach().numpy().copy() for name, p in hf_model.named_parameters()}
+
+
+@pytest.fixture(scope="module", params=[("held-back", "eager"),
+                                        ("held-back", "dot_product_attention"),
+                                        ("rectangular", "eager")], ids="-".join)
+def proof(request):
+    name, attention = request.param
+    hf_model, model = ported_pair(name, attention)
+    before = parameters(hf_model), jax.tree.map(np.array, nnx.state(model, nnx.Param))
+    rows = parity.prove_parity(hf_model, model, *batch(name))
+    return hf_model, model, before, rows
+
+
+def test_the_proof_holds_on_configs_unlike_the_chapters(proof):
+    hf_model, _, _, rows = proof
+
+    parity.assert_parity(rows)
+
+    n_params = len(parameters(hf_model))
+    assert [(r["quantity"], r["tensors compared"]) for r in rows] == [
+        ("logits", 1), ("loss", 1), ("gradients", n_params),
+        ("parameters, 10 AdamW steps on identical gradients", 10 * n_params),
+        ("parameters, 10 SGD with momentum steps on identical gradients", 10 * n_params),
+        ("loss curve, 20 AdamW steps on each side's own gradients", 20)]
+
+
+def test_the_proof_leaves_both_models_unchanged(proof):
+    hf_model, model, (torch_before, jax_before), _ = proof
+
+    assert all(np.array_equal(torch_before[name], p.detach().numpy())
+               for name, p in hf_model.named_parameters())
+    jax_after = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
+    assert jax.tree.all(jax.tree.map(np.array_equal, jax_before, jax_after))
+
+
+def test_a_transposed_kernel_fails_the_proof():
+    hf_model, model = ported_pair("held-back")
+    kernel = model.vit.layers[1].attention.q_proj.kernel
+    kernel[...] = kernel[...].T  # square, so only the numbers can tell
+
+    rows = parity.prove_parity(hf_model, model, *batch("held-back"))
+
+    with pytest.raises(AssertionError, match="logits .*gradients .*loss curve"):
+        parity.assert_parity(rows)
+    assert all(r["within tolerance"] for r in rows if "identical gradients" in r["quantity"])
+
+
+def test_the_optimizers_are_proven_with_settings_a_mistake_would_change():
+    adamw, sgd = parity.TRAJECTORY_ADAMW, parity.TRAJECTORY_SGD
+
+    assert (adamw["b1"], adamw["b2"]) != (0.9, 0.999)  # optax's and torch's defaults
+    assert adamw["b1"] != adamw["b2"]  # so swapping them shows
+    assert adamw["weight_decay"] * adamw["lr"] * parity.OPTIMIZER_STEPS >= 1e-3
+    assert sgd["momentum"] >= 0.5
+
+
+def _mismatched(pair_for, hyper, torch_side=None, jax_side=None):
+    """One optimizer built from `hyper`, with one side's settings changed."""
+    make_torch, make_optax = pair_for
+    return parity.OptimizerPair("mismatched",
+                                lambda params: make_torch(params, {**hyper, **(torch_side or {})}),
+                                make_optax({**hyper, **(jax_side or {})}))
+
+
+ADAMW_PAIR = (parity.torch_adamw, parity.optax_adamw)
+SGD_PAIR = (parity.torch_sgd, parity.optax_sgd)
+MISTAKES = {
+    "b1 left at its default in optax": (ADAMW_PAIR, parity.TRAJECTORY_ADAMW, None, {"b1": 0.9}),
+    "b2 left at its default in torch": (ADAMW_PAIR, parity.TRAJECTORY_ADAMW, {"b2": 0.999}, None),
+    "betas swapped in optax": (ADAMW_PAIR, parity.TRAJECTORY_ADAMW, None, {"b1": 0.95, "b2": 0.8}),
+    "no weight decay in optax": (ADAMW_PAIR, parity.TRAJECTORY_ADAMW, None, {"weight_decay": 0.0}),
+    "torch's default weight decay": (ADAMW_PAIR, parity.TRAJECTORY_ADAMW,
+                                     {"weight_decay": 0.01}, None),
+    "no momentum in optax": (SGD_PAIR, parity.TRAJECTORY_SGD, None, {"momentum": None}),
+    "another momentum in torch": (SGD_PAIR, parity.TRAJECTORY_SGD, {"momentum": 0.8}, None),
+}
+
+
+@pytest.fixture(scope="module")
+def held_back_parameters():
+    return parameters(ported_pair("held-back")[0])
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_mistranslated_optimizer_fails_the_proof(mistake, held_back_parameters):
+    pair = _mismatched(*MISTAKES[mistake])
+
+    (row,) = parity.optimizer_parity(held_back_parameters, [pair])
+
+    with pytest.raises(AssertionError, match="parameters, 10 mismatched steps"):
+        parity.assert_parity([row])
+    # Far outside, not at the edge: a hundred times what the largest parameter may differ.
+    largest = max(float(np.max(np.abs(p))) for p in held_back_parameters.values())
+    tolerance = parity.TOLERANCES["parameter trajectory"]
+    assert row["max |PyTorch - JAX|"] > 100 * (tolerance["rtol"] * largest + tolerance["atol"])
+
+
+def test_the_loss_falls_far_more_than_the_curves_may_differ():
+    hf_model, model = ported_pair("held-back")
+
+    curves = parity.training_losses(hf_model, model, *batch("held-back"))
+
+    fall = curves["PyTorch"][0] - curves["PyTorch"][-1]
+    assert fall > 1000 * parity.TOLERANCES["loss curve"]["atol"]
+    assert np.all(np.diff(curves["JAX"]) < 0)  # a stable run: the loss falls at every step
+
+
+def test_assert_parity_names_every_failing_quantity_and_where():
+    rows = [{"quantity": "loss", "max |PyTorch - JAX|": 0.0, "where": "loss",
+             "tolerance": "rtol=1e-05, atol=1e-06", "within tolerance": True},
+            {"quantity": "gradients", "max |PyTorch - JAX|": 0.5, "where": "vit.layernorm.bias",
+             "tolerance": "rtol=0.0001, atol=1e-06", "within tolerance": False}]
+
+    with pytest.raises(AssertionError, match=r"^PyTorch and JAX disagree: gradients "
+                                             r"\(max diff 0.5 at vit.layernorm.bias"):
+        parity.assert_parity(rows)
+    parity.assert_parity(rows[:1])
