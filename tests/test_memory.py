@@ -149,3 +149,21 @@ def test_a_real_failed_allocation_is_out_of_memory(allocate):
                                    KeyError("x")])
 def test_other_errors_are_not_out_of_memory(error):
     assert not is_out_of_memory(error)
+
+
+def test_host_call_peak_counts_buffers_a_worker_thread_recycles():
+    """A worker thread's freed buffer below glibc's mmap threshold stays in its arena, which
+    malloc_trim cannot hand back; with thread_arenas the reading still counts it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = 8 * MB
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        def touch():
+            return worker.submit(lambda: float(np.ones(size // 8).sum())).result()
+
+        for _ in range(3):  # glibc raises its mmap threshold above 8 MB as blocks are freed
+            touch()
+        reading = host_call_peak(touch, thread_arenas=True)
+
+    assert reading.bytes > 0.9 * size
+    assert "thread arenas" in reading.tool

@@ -146,7 +146,7 @@ def host_peak_rss(run: str, setup: str = "", timeout_s: float = 600) -> MemoryRe
     )
 
 
-def host_call_peak(fn: Callable[[], object]) -> MemoryReading:
+def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> MemoryReading:
     """Peak host memory that one call of `fn` adds, measured in this process (Linux, glibc).
 
     For steady-state steps after warm-up: compile caches and resident state (weights,
@@ -154,19 +154,52 @@ def host_call_peak(fn: Callable[[], object]) -> MemoryReading:
     gradients, temporaries) is counted. Freed heap pages are first handed back to the
     kernel (`malloc_trim`), so reuse of cached pages cannot hide the call's needs; then
     the high-water mark is reset and read after the synced call.
+
+    thread_arenas: also count buffers that `fn` allocates on other threads (XLA's CPU
+        runtime runs a compiled step on a worker thread of its own). `malloc_trim` hands
+        back the free top of the main thread's heap only; a buffer below glibc's mmap
+        threshold (which grows to 32 MiB as large blocks are freed) that a worker thread
+        freed stays resident at the top of that thread's arena, and the next call reuses
+        it without touching a new page, so the reading misses it. With `thread_arenas`,
+        `fn` runs once more first with glibc's trim threshold at zero, so every arena
+        returns its freed top to the kernel, and the threshold is set afterwards to
+        64 MiB, the most glibc's own rule sets it to. That extra call is a side effect:
+        use it on steps whose state may advance. Chapter 4 checks the readings against
+        XLA's plan at every batch size.
     """
     if not os.path.exists("/proc/self/clear_refs"):
         raise OSError("host_call_peak reads /proc/self/status and /proc/self/clear_refs: "
                       "Linux only")
-    gc.collect()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-    before = _rss("VmRSS")
-    block(fn())
-    return MemoryReading(_rss("VmHWM") - before,
-                         "VmHWM - VmRSS around one call, after malloc_trim (this process)",
-                         "host memory the call added at its peak, all allocators and threads")
+    libc = ctypes.CDLL("libc.so.6")
+    if thread_arenas:
+        libc.mallopt(_M_TRIM_THRESHOLD, 0)
+        try:
+            block(fn())
+        except BaseException:
+            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_MAX_TRIM_THRESHOLD)
+            raise
+    try:
+        gc.collect()
+        libc.malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        before = _rss("VmRSS")
+        block(fn())
+        peak = _rss("VmHWM")
+    finally:
+        if thread_arenas:
+            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_MAX_TRIM_THRESHOLD)
+    scope = "host memory the call added at its peak, all allocators and threads"
+    return MemoryReading(peak - before,
+                         "VmHWM - VmRSS around one call, after malloc_trim"
+                         + (" and trimmed thread arenas" if thread_arenas else "")
+                         + " (this process)", scope)
+
+
+# glibc's mallopt parameter number for the trim threshold (malloc.h), and the largest value
+# its dynamic rule gives it (twice the 32 MiB ceiling of the mmap threshold on 64-bit).
+_M_TRIM_THRESHOLD = -1
+_GLIBC_MAX_TRIM_THRESHOLD = 2 * 32 * 2**20
 
 
 def _rss(field: str) -> int:

@@ -5,6 +5,12 @@ mirror: the same modules under the same names (`vit.layers.3.attention.q_proj`, 
 same math (exact GELU, fp32 softmax, LayerNorm epsilon from the config), and
 `port_hf_weights` to copy a PyTorch model's weights in. Images are NHWC here (Flax's
 convolution layout) and NCHW on the PyTorch side; `nchw_to_nhwc` converts.
+
+Mixed precision follows `torch.autocast`'s policy when asked to
+(``dtype=jnp.bfloat16, residual_dtype=jnp.float32``): matmuls and convolutions in bf16,
+while the residual stream and every LayerNorm stay in fp32, as they do in HF's model under
+autocast (its bf16 sublayer outputs are added to an fp32 stream, and LayerNorm is not on
+autocast's bf16 list).
 """
 
 from __future__ import annotations
@@ -25,20 +31,29 @@ _ACTIVATIONS = {
 
 
 class ViTPatchEmbeddings(nnx.Module):
-    def __init__(self, config, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, config, *, dtype, residual_dtype, param_dtype, rngs: nnx.Rngs):
         patch = _pair(config.patch_size)
         self.projection = nnx.Conv(config.num_channels, config.hidden_size, kernel_size=patch,
                                    strides=patch, padding="VALID", dtype=dtype,
                                    param_dtype=param_dtype, rngs=rngs)
+        self.patch, self.dtype, self.residual_dtype = patch, dtype, residual_dtype
 
     def __call__(self, images):
-        patches = self.projection(images)  # (batch, rows, cols, hidden)
+        # The convolution in `dtype`, accumulated and its bias added in fp32, as PyTorch's bf16
+        # kernels do (see `dense`); the result joins the residual stream in its dtype.
+        patches = jax.lax.conv_general_dilated(
+            images.astype(self.dtype), self.projection.kernel[...].astype(self.dtype),
+            window_strides=self.patch, padding="VALID",
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+            preferred_element_type=jnp.float32)  # (batch, rows, cols, hidden)
+        patches = (patches + self.projection.bias[...].astype(jnp.float32)).astype(
+            self.residual_dtype)
         # Row-major flattening, as PyTorch's flatten(2) on NCHW does.
         return patches.reshape(patches.shape[0], -1, patches.shape[-1])
 
 
 class ViTEmbeddings(nnx.Module):
-    def __init__(self, config, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, config, *, dtype, residual_dtype, param_dtype, rngs: nnx.Rngs):
         height, width = _pair(config.image_size)
         patch_h, patch_w = _pair(config.patch_size)
         n_tokens = (height // patch_h) * (width // patch_w) + 1
@@ -46,10 +61,11 @@ class ViTEmbeddings(nnx.Module):
         self.cls_token = nnx.Param(init(rngs.params(), (1, 1, config.hidden_size), param_dtype))
         self.position_embeddings = nnx.Param(
             init(rngs.params(), (1, n_tokens, config.hidden_size), param_dtype))
-        self.patch_embeddings = ViTPatchEmbeddings(config, dtype=dtype, param_dtype=param_dtype,
-                                                   rngs=rngs)
+        self.patch_embeddings = ViTPatchEmbeddings(config, dtype=dtype,
+                                                   residual_dtype=residual_dtype,
+                                                   param_dtype=param_dtype, rngs=rngs)
         self.image_size = (height, width)
-        self.dtype = dtype
+        self.residual_dtype = residual_dtype
 
     def __call__(self, images):
         if tuple(images.shape[1:3]) != self.image_size:
@@ -58,7 +74,9 @@ class ViTEmbeddings(nnx.Module):
         patches = self.patch_embeddings(images)
         cls = jnp.broadcast_to(self.cls_token[...], (patches.shape[0], 1, patches.shape[-1]))
         tokens = jnp.concatenate([cls.astype(patches.dtype), patches], axis=1)
-        return (tokens + self.position_embeddings[...]).astype(self.dtype)
+        # The residual stream starts here, in its own dtype (fp32 under autocast's policy).
+        return (tokens.astype(self.residual_dtype)
+                + self.position_embeddings[...]).astype(self.residual_dtype)
 
 
 class ViTAttention(nnx.Module):
@@ -81,12 +99,28 @@ class ViTAttention(nnx.Module):
     def __call__(self, x):
         batch, tokens, _ = x.shape
         split = (batch, tokens, self.heads, self.head_dim)
-        q, k, v = (proj(x).reshape(split) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (dense(proj, x).reshape(split)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
         if self.attention == "eager":
             out = eager_attention(q, k, v, self.head_dim ** -0.5)
         else:
             out = jax.nn.dot_product_attention(q, k, v, scale=self.head_dim ** -0.5)
-        return self.o_proj(out.reshape(batch, tokens, -1))
+        return dense(self.o_proj, out.reshape(batch, tokens, -1))
+
+
+def dense(layer: nnx.Linear, x):
+    """`layer(x)` as PyTorch's bf16 matmuls compute it: inputs and kernel in the layer's
+    dtype, products accumulated and the bias added in fp32, one rounding to the layer's
+    dtype at the end. In fp32 it is `layer(x)`. With the bias added in bf16 instead, its
+    gradient, a sum over batch x tokens whose terms largely cancel, would be summed in bf16
+    too and lose most of its digits (chapter 4 checks the gradients of every variant).
+    """
+    dtype = layer.dtype or x.dtype
+    y = jnp.dot(x.astype(dtype), layer.kernel[...].astype(dtype),
+                preferred_element_type=jnp.float32)
+    if layer.bias is not None:
+        y = y + layer.bias[...].astype(jnp.float32)
+    return y.astype(dtype)
 
 
 def eager_attention(q, k, v, scale):
@@ -105,37 +139,44 @@ class ViTMLP(nnx.Module):
                               param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, x):
-        return self.fc2(self.activation_fn(self.fc1(x)))
+        return dense(self.fc2, self.activation_fn(dense(self.fc1, x)))
 
 
 class ViTLayer(nnx.Module):
-    """Pre-norm transformer block: x + attention(LN(x)), then x + MLP(LN(x))."""
+    """Pre-norm transformer block: x + attention(LN(x)), then x + MLP(LN(x)).
 
-    def __init__(self, config, *, attention, dtype, param_dtype, rngs: nnx.Rngs):
+    LayerNorm computes in `residual_dtype`; the sublayers' outputs (in `dtype`) are added to
+    the stream in `residual_dtype`.
+    """
+
+    def __init__(self, config, *, attention, dtype, residual_dtype, param_dtype,
+                 rngs: nnx.Rngs):
         def layer_norm():
-            return nnx.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps, dtype=dtype,
-                                 param_dtype=param_dtype, rngs=rngs)
+            return nnx.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps,
+                                 dtype=residual_dtype, param_dtype=param_dtype, rngs=rngs)
 
         self.attention = ViTAttention(config, attention=attention, dtype=dtype,
                                       param_dtype=param_dtype, rngs=rngs)
         self.layernorm_before = layer_norm()
         self.layernorm_after = layer_norm()
         self.mlp = ViTMLP(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.residual_dtype = residual_dtype
 
     def __call__(self, x):
-        x = x + self.attention(self.layernorm_before(x))
-        return x + self.mlp(self.layernorm_after(x))
+        x = (x + self.attention(self.layernorm_before(x))).astype(self.residual_dtype)
+        return (x + self.mlp(self.layernorm_after(x))).astype(self.residual_dtype)
 
 
 class ViTModel(nnx.Module):
-    def __init__(self, config, *, attention, dtype, param_dtype, rngs: nnx.Rngs):
-        self.embeddings = ViTEmbeddings(config, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.layers = nnx.List([
-            ViTLayer(config, attention=attention, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-            for _ in range(config.num_hidden_layers)
-        ])
+    def __init__(self, config, *, attention, dtype, residual_dtype, param_dtype,
+                 rngs: nnx.Rngs):
+        kwargs = dict(dtype=dtype, residual_dtype=residual_dtype, param_dtype=param_dtype,
+                      rngs=rngs)
+        self.embeddings = ViTEmbeddings(config, **kwargs)
+        self.layers = nnx.List([ViTLayer(config, attention=attention, **kwargs)
+                                for _ in range(config.num_hidden_layers)])
         self.layernorm = nnx.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps,
-                                       dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                                       dtype=residual_dtype, param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, images):
         x = self.embeddings(images)
@@ -149,21 +190,27 @@ class ViTForImageClassification(nnx.Module):
 
     config: a `transformers.ViTConfig` (or anything with the same attributes).
     attention: "eager" (HF's eager math, written out) or "dot_product_attention"
-        (`jax.nn.dot_product_attention`, which XLA or cuDNN may fuse).
-    dtype / param_dtype: computation and parameter dtypes (bf16 mixed precision is
-        ``dtype=jnp.bfloat16, param_dtype=jnp.float32``).
+        (`jax.nn.dot_product_attention` without `implementation=`: XLA's
+        implementation, the same math with no fused kernel, on every device).
+    dtype / param_dtype: computation dtype of the matmuls and convolutions, and parameter
+        dtype (bf16 mixed precision is ``dtype=jnp.bfloat16, param_dtype=jnp.float32``).
+    residual_dtype: dtype of the residual stream and of every LayerNorm; ``None`` (the
+        default) means `dtype`. ``jnp.float32`` with a bf16 `dtype` is the policy of HF's
+        model under ``torch.autocast``.
     """
 
     def __init__(self, config, *, attention: str = "eager", dtype=jnp.float32,
-                 param_dtype=jnp.float32, rngs: nnx.Rngs):
+                 param_dtype=jnp.float32, residual_dtype=None, rngs: nnx.Rngs):
         _check_config(config, attention)
-        kwargs = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.vit = ViTModel(config, attention=attention, **kwargs)
-        self.classifier = nnx.Linear(config.hidden_size, config.num_labels, **kwargs)
+        residual_dtype = dtype if residual_dtype is None else residual_dtype
+        self.vit = ViTModel(config, attention=attention, dtype=dtype,
+                            residual_dtype=residual_dtype, param_dtype=param_dtype, rngs=rngs)
+        self.classifier = nnx.Linear(config.hidden_size, config.num_labels, dtype=dtype,
+                                     param_dtype=param_dtype, rngs=rngs)
 
     def __call__(self, images):
         hidden = self.vit(images)
-        return self.classifier(hidden[:, 0]).astype(jnp.float32)
+        return dense(self.classifier, hidden[:, 0]).astype(jnp.float32)
 
 
 def nchw_to_nhwc(images):
