@@ -85,3 +85,25 @@ def test_the_collectives_of_one_step_are_counted(runs):
     fsdp2 = runs["fsdp2"][0]["collectives"]
     assert fsdp2["reduce-scatter"] == 3  # one per sharded layer (three Linear layers)
     assert fsdp2["all-gather"] >= 3  # before each layer's forward, again before backward
+
+
+@pytest.mark.parametrize(("counts", "expected"), [
+    # torchrun --nnodes=2 --nproc-per-node=8 on 8-GPU nodes: NCCL, device = LOCAL_RANK
+    (dict(world=16, rank=11, local_rank=3, local_world=8, cuda_available=True, cuda_count=8),
+     ("nccl", 3)),
+    # spawned on one machine with enough GPUs: the rank is the local rank
+    (dict(world=4, rank=2, cuda_available=True, cuda_count=4), ("nccl", 2)),
+    # fewer GPUs than this node's ranks, or no CUDA: gloo on the CPU
+    (dict(world=16, rank=3, local_rank=3, local_world=8, cuda_available=True, cuda_count=4),
+     ("gloo", None)),
+    (dict(world=2, rank=1, cuda_available=False, cuda_count=0), ("gloo", None)),
+])
+def test_placement_uses_the_node_local_ranks(counts, expected):
+    world = counts.pop("world")
+    assert td.placement(world, **counts) == expected
+
+
+@pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])
+def test_parameter_storage_is_at_least_the_logical_bytes(runs, strategy):
+    for record in runs[strategy]:
+        assert record["param_storage_bytes"] >= record["param_bytes"] > 0

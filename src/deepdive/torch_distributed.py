@@ -212,7 +212,12 @@ def _local_bytes(model, optimizer) -> dict[str, int]:
 
     params = list(model.parameters())
     state = [v for s in optimizer.state.values() for v in s.values() if hasattr(v, "numel")]
+    storages = {}  # what the parameters' local storage allocates, each storage once: an
+    for p in params:  # FSDP2 shard can be a view into a padded buffer, larger than its numel
+        storage = _local(p).untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
     return {"param_bytes": sum(size(p) for p in params),
+            "param_storage_bytes": sum(storages.values()),
             "grad_bytes": sum(size(p.grad) for p in params if p.grad is not None),
             "optimizer_bytes": sum(size(v) for v in state)}
 
@@ -260,18 +265,44 @@ def _all_ranks_mean(loss, strategy) -> float:
     return total.item() / dist.get_world_size()
 
 
-def _backend(world: int) -> str:
+def placement(world: int, *, cuda_available: bool, cuda_count: int,
+              local_rank: int | None = None, local_world: int | None = None,
+              rank: int = 0) -> tuple[str, int | None]:
+    """The backend and CUDA device index (None: CPU) for one rank, from counts alone.
+
+    NCCL when CUDA is there and this node has a GPU for each of its ranks: the node's
+    ranks (torchrun's LOCAL_WORLD_SIZE), not the whole world, which spans nodes. The
+    device is the rank on this node (LOCAL_RANK), not the global rank. Without those
+    (spawned on one machine) the node's ranks are the world and the local rank the rank."""
+    local_world = world if local_world is None else local_world
+    local_rank = rank if local_rank is None else local_rank
+    if cuda_available and cuda_count >= local_world:
+        return "nccl", (local_rank if world > 1 else 0)
+    return "gloo", None
+
+
+def _placement(world: int, rank: int = 0) -> tuple[str, int | None]:
     import torch
 
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
+    env = os.environ
+    return placement(world, cuda_available=torch.cuda.is_available(),
+                     cuda_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+                     local_rank=int(env["LOCAL_RANK"]) if "LOCAL_RANK" in env else None,
+                     local_world=(int(env["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in env
+                                  else None), rank=rank)
+
+
+def _backend(world: int) -> str:
+    return _placement(world)[0]
 
 
 def _device(rank: int, world: int):
     import torch
 
-    if _backend(world) == "nccl" and world > 1:
-        torch.cuda.set_device(rank)
-        return torch.device("cuda", rank)
+    backend, index = _placement(world, rank)
+    if backend == "nccl" and world > 1:
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
