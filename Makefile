@@ -10,6 +10,12 @@ STAMP := $(VENV)/.deepdive-installed
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/_build/inductor-cache
 # Reproducible hashing inside the build.
 export PYTHONHASHSEED := 0
+# Names this build (UTC start and commit); each chapter stamps its results with it, so the
+# Reproduce page can say which build measured what (deepdive.provenance).
+ifndef DEEPDIVE_BUILD_ID
+DEEPDIVE_BUILD_ID := $(shell date -u +%Y%m%dT%H%M%SZ)-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo no-git)
+endif
+export DEEPDIVE_BUILD_ID
 
 .PHONY: book test lab clean env
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from deepdive import env
+from deepdive import env, provenance
 from deepdive.results import glue as glue_value
 from deepdive.results import results_dir
 from deepdive.timing import Timing
@@ -107,6 +107,7 @@ class Claims:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         merged.reindex(columns=COLUMNS).to_csv(temporary, index=False)
         temporary.replace(path)  # atomic: a reader never sees half a file
+        provenance.stamp(self.chapter)
         return path
 
 

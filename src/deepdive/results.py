@@ -31,16 +31,20 @@ class Record:
     scale: str
 
 
-def results_dir() -> Path:
-    """`DEEPDIVE_RESULTS_DIR`, else `_build/results` at the book's root (found by `_toc.yml`)."""
-    override = os.environ.get("DEEPDIVE_RESULTS_DIR")
-    if override:
-        return Path(override)
+def book_root() -> Path:
+    """The book's root folder (the one holding `_toc.yml`), searched from the working
+    directory up; the working directory itself when none is found."""
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         if (folder / "_toc.yml").exists():
-            return folder / "_build" / "results"
-    return here / "_build" / "results"
+            return folder
+    return here
+
+
+def results_dir() -> Path:
+    """`DEEPDIVE_RESULTS_DIR`, else `_build/results` at the book's root."""
+    override = os.environ.get("DEEPDIVE_RESULTS_DIR")
+    return Path(override) if override else book_root() / "_build" / "results"
 
 
 class Results:
@@ -79,6 +83,9 @@ class Results:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.chapter}.csv"
         self.frame().to_csv(path, index=False)
+        from deepdive import provenance  # imported here: it builds on this module
+
+        provenance.stamp(self.chapter)
         return path
 
 

@@ -1,0 +1,59 @@
+"""Which run of the book measured each chapter's results.
+
+`make book` names every build (`DEEPDIVE_BUILD_ID`: its UTC start time and commit), and
+each chapter stamps the results it saves with that name, its commit, time and device, in
+`_build/results/provenance.csv`. A chapter served from the execution cache keeps the stamp
+of the build that ran it. The Reproduce page lists the stamps, chapter 6 shows the ones
+its evidence came from, and the site's tests check that the two agree.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+
+from deepdive import env
+from deepdive.results import results_dir
+
+FILE_NAME = "provenance.csv"
+COLUMNS = ("chapter", "build_id", "commit", "executed_at", "device", "scale")
+OUTSIDE_BUILD = "none (run outside make book)"
+
+
+def build_id() -> str:
+    """This build's name, set by `make book`; a notebook run by hand has none."""
+    return os.environ.get("DEEPDIVE_BUILD_ID") or OUTSIDE_BUILD
+
+
+def path() -> Path:
+    return results_dir() / FILE_NAME
+
+
+def stamp(chapter: str) -> Path:
+    """Record that `chapter` saved results now, in this build; replaces its older stamp."""
+    import pandas as pd
+
+    if not chapter or not isinstance(chapter, str):
+        raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
+    row = {"chapter": chapter, "build_id": build_id(), "commit": env.git_commit() or "unknown",
+           "executed_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+           "device": env.device_label(), "scale": env.scale()}
+    target = path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    kept = load()
+    frames = [pd.DataFrame([row], columns=COLUMNS)]
+    if kept is not None:
+        frames.insert(0, kept[kept["chapter"] != chapter])
+    merged = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    temporary = target.with_suffix(f".{os.getpid()}.tmp")
+    merged.sort_values("chapter").to_csv(temporary, index=False)
+    temporary.replace(target)  # atomic: a reader never sees half a file
+    return target
+
+
+def load():
+    """The stamps as a DataFrame, or None before any chapter saved results."""
+    import pandas as pd
+
+    return pd.read_csv(path(), dtype=str) if path().exists() else None

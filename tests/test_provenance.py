@@ -1,0 +1,67 @@
+"""deepdive.provenance: each chapter's results carry the build, commit and machine that
+measured them, so the site can say which build produced what."""
+
+import numpy as np
+import pytest
+
+from deepdive import provenance
+from deepdive.claims import Claims
+from deepdive.results import Results
+from deepdive.timing import Timing
+from deepdive.verdict import TieBand
+
+
+@pytest.fixture(autouse=True)
+def results_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("DEEPDIVE_SCALE", "small")
+    monkeypatch.setenv("DEEPDIVE_BUILD_ID", "build-1")
+
+
+def test_a_stamp_records_the_build_commit_machine_and_scale():
+    provenance.stamp("01_vmap")
+    stamps = provenance.load()
+
+    assert list(stamps.columns) == list(provenance.COLUMNS)
+    row = stamps.set_index("chapter").loc["01_vmap"]
+    assert row["build_id"] == "build-1" and row["scale"] == "small"
+    assert row["device"] and row["commit"] and row["executed_at"].endswith("UTC")
+
+
+def test_a_new_stamp_replaces_the_chapters_old_one_and_keeps_the_others(monkeypatch):
+    provenance.stamp("01_vmap")
+    provenance.stamp("02_jit_xla")
+    monkeypatch.setenv("DEEPDIVE_BUILD_ID", "build-2")
+    provenance.stamp("01_vmap")
+
+    stamps = provenance.load().set_index("chapter")["build_id"].to_dict()
+    assert stamps == {"01_vmap": "build-2", "02_jit_xla": "build-1"}
+
+
+def test_a_run_outside_make_book_says_so(monkeypatch):
+    monkeypatch.delenv("DEEPDIVE_BUILD_ID")
+
+    assert provenance.build_id() == provenance.OUTSIDE_BUILD
+
+
+def test_nothing_stamped_yet_loads_as_none():
+    assert provenance.load() is None
+
+
+def test_saving_results_or_claims_stamps_the_chapter():
+    records = Results("03_torch_compile")
+    records.add("e", "torch", "v", 1, "m", 1.0, "s")
+    records.save()
+    claims = Claims("04_vit_training", TieBand(0.05))
+    a = Timing("a", np.full(15, 1e-3), calls_per_block=1, first_call=0.0, session=7)
+    b = Timing("b", np.full(15, 2e-3), calls_per_block=1, first_call=0.0, session=7)
+    claims.compare("b_vs_a", "q: b against a", a, b)
+    claims.save()
+
+    assert set(provenance.load()["chapter"]) == {"03_torch_compile", "04_vit_training"}
+
+
+@pytest.mark.parametrize("bad", ["", None, 3])
+def test_a_stamp_needs_a_chapter_name(bad):
+    with pytest.raises(ValueError, match="chapter must be"):
+        provenance.stamp(bad)
