@@ -176,3 +176,12 @@ def test_device_label_names_the_cpu_and_the_cores_in_use(monkeypatch, available,
     monkeypatch.setattr(os, "cpu_count", lambda: total)
 
     assert env.device_label() == f"{env.cpu_model()} {label}"
+    assert env.is_cpu_label(env.device_label())
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA A100-SXM4-80GB", "Tesla T4", "NVIDIA L4",
+                                 "NVIDIA GeForce RTX 4090"])
+def test_a_gpu_label_is_not_a_cpu_label(monkeypatch, gpu):
+    monkeypatch.setattr(env, "gpu_name", lambda: gpu)
+
+    assert env.device_label() == gpu and not env.is_cpu_label(gpu)

@@ -1,114 +1,263 @@
-"""deepdive.evidence reads the chapters' saved results: change them and the guide changes."""
+"""deepdive.evidence and deepdive.guide read this build's claims: change them, and the
+evidence and the guide change; results shaped like every scale build a guide."""
 
 import math
 
 import pandas as pd
 import pytest
 
-from deepdive import evidence
-from deepdive.results import COLUMNS
+from deepdive import evidence, guide
+from deepdive.claims import COLUMNS as CLAIM_COLUMNS
+from deepdive.results import COLUMNS as RECORD_COLUMNS
+
+# What each scale's build looks like: its device label and the sizes that name claims.
+SCALES = {
+    "small": {"device": "AMD EPYC (2 cores)", "gpt": ("char-small", "gpt-v1024-0.54M"),
+              "vit_batches": (8, 32), "devices": (2, 4, 8), "torch_worlds": (2, 4),
+              "bf16": False},
+    "medium": {"device": "Tesla T4", "gpt": ("shakespeare-char 10.65M", "gpt-v1024-0.54M"),
+               "vit_batches": (32, 64), "devices": (2,), "torch_worlds": (2,), "bf16": True},
+    "full": {"device": "NVIDIA A100-SXM4-80GB",
+             "gpt": ("shakespeare-char 10.65M", "GPT-2 124M"),
+             "vit_batches": (32, 64, 128, 256, 512), "devices": (2, 4, 8),
+             "torch_worlds": (2, 4, 8), "bf16": True},
+}
 
 
-def rows(chapter, entries):
-    return [dict(zip(COLUMNS, (chapter, *entry, "test CPU", "small"), strict=True))
-            for entry in entries]
+def claim_ids(shape):
+    """(chapter, claim id, scope) of the claims each chapter makes, by the chapters' own
+    id rules: batch sizes and device counts vary with the scale, the guide's ids do not."""
+    c1 = [("01_vmap", f"{kind}_{name}", f"{kind}, batch 256")
+          for kind in ("dot", "attention")
+          for name in ("jit_vs_compile", "jax_vmap_vs_loop", "torch_vmap_vs_loop",
+                       "compile_vs_vmap_16")]
+    c2 = [("02_jit_xla", name, "tiny arrays") for name in
+          ("tiny_compile_vs_jit", "tiny_eager_torch_vs_jax", "tiny_jit")]
+    c2 += [("02_jit_xla", name, "chain of 8 ops") for name in
+           ("kept_fusion_compile_vs_jit", "fusion_compile_vs_jit")]
+    c3 = [("03_torch_compile", f"{key}_{backend}_{precision}",
+           f"GPT training step, {name}")
+          for key, name in zip(("char", "vocab"), shape["gpt"], strict=True)
+          for backend in ("aot_eager", "inductor")
+          for precision in (("fp32", "bf16") if shape["bf16"] else ("fp32",))]
+    c4 = [("04_vit_training", f"{name}_b{batch}", f"ViT training step, batch {batch}")
+          for batch in shape["vit_batches"] for name in ("fused_jax_vs_torch", "split_vs_nnx")]
+    if shape["bf16"]:
+        c4.append(("04_vit_training", "bf16_fused_jax_vs_torch", "ViT step, bf16"))
+    c5 = [("05_distributed", f"{name}_x{n}_{tail}", f"MLP training step, {n} devices")
+          for n in shape["devices"]
+          for name, tail in (("dp", "vs_one"), ("fsdp", "vs_dp"))]
+    return c1 + c2 + c3 + c4 + c5
 
 
-CLAIM_COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict",
-                 "noisy", "n", "device", "scale", "tie_band", "baseline", "candidate",
-                 "headline")
+def claim_row(chapter, claim_id, scope, shape, scale, ratio=(2.0, 1.9, 2.1), noisy=False,
+              band=0.05):
+    return dict(zip(CLAIM_COLUMNS, (
+        chapter, claim_id, f"{scope}: {claim_id}", *ratio, "stale", noisy, 15,
+        shape["device"], scale, band, "base", "cand", False), strict=True))
 
 
-def claim(chapter, claim_id, ratio, low, high, noisy=False, band=0.03):
-    return dict(zip(CLAIM_COLUMNS, (chapter, claim_id, f"q {claim_id}", ratio, low, high,
-                                    "stale", noisy, 15, "test CPU", "small", band, "base",
-                                    "cand", False), strict=True))
+def memory_records(shape, scale, divided=True):
+    rows = [("memory_per_device", "torch", "single", 1, "state", 1000.0, "KiB"),
+            ("memory_per_device", "jax", "one device", 1, "state", 1000.0, "KiB")]
+    for n in shape["torch_worlds"]:
+        rows.append(("memory_per_device", "torch", "fsdp2", n, "state",
+                     1000.0 / n + 1 if divided else 1000.0, "KiB"))
+    for n in shape["devices"]:
+        rows.append(("memory_per_device", "jax", "FSDP, shard_map", n, "state", 1000.0 / n,
+                     "KiB"))
+    return pd.DataFrame([dict(zip(RECORD_COLUMNS, ("05_distributed", *row, shape["device"],
+                                                   scale), strict=True)) for row in rows])
 
 
-def fake_results(directory, *, vmap_ratio=(2.0, 1.9, 2.1), skip=(), noisy_vmap=False):
-    """Minimal result files in the chapters' own formats, with chosen values."""
-    claims = [claim("01_vmap", "attention_jit_vs_compile", *vmap_ratio, noisy=noisy_vmap),
-              claim("01_vmap", "attention_jax_vmap_vs_loop", 30.0, 29.0, 31.0),
-              claim("02_jit_xla", "tiny_compile_vs_jit", 0.25, 0.24, 0.26),
-              claim("02_jit_xla", "kept_fusion_compile_vs_jit", 1.0, 0.99, 1.01),
-              claim("03_torch_compile", "char_inductor_fp32", 1.5, 1.4, 1.6),
-              claim("04_vit_training", "fused_jax_vs_torch_b32", 0.5, 0.48, 0.52),
-              claim("04_vit_training", "split_vs_nnx_b32", 2.0, 1.9, 2.1)]
-    claims = [c for c in claims if c["chapter"] not in skip]
-    if claims:
-        pd.DataFrame(claims).to_csv(directory / "claims.csv", index=False)
-    files = {
-        "05_distributed": [("memory_per_device", "torch", "single", 1, "params", 100.0, "KiB"),
-                           ("memory_per_device", "torch", "fsdp2", 2, "params", 50.0, "KiB"),
-                           ("memory_per_device", "torch", "fsdp2", 4, "params", 25.0, "KiB"),
-                           ("step_time", "torch", "single", 1, "step median (ms)", 1.0, "ms"),
-                           ("step_time", "torch", "ddp", 2, "step median (ms)", 3.0, "ms")],
-    }
-    for chapter, entries in files.items():
-        if chapter not in skip:
-            pd.DataFrame(rows(chapter, entries)).to_csv(directory / f"{chapter}.csv",
-                                                        index=False)
-    return evidence.load_all(directory)
+def results_for(scale="small", skip=(), override=None, divided=True):
+    """Results as evidence.load_all returns them, shaped like a build at `scale`;
+    `override` maps claim ids to (ratio, low, high, noisy)."""
+    shape, override = SCALES[scale], override or {}
+    rows = []
+    for chapter, claim_id, scope in claim_ids(shape):
+        if chapter in skip:
+            continue
+        ratio, low, high, noisy = override.get(claim_id, (2.0, 1.9, 2.1, False))
+        rows.append(claim_row(chapter, claim_id, scope, shape, scale, (ratio, low, high),
+                              noisy))
+    found = {chapter: None for chapter in evidence.CHAPTERS}
+    found["claims"] = pd.DataFrame(rows) if rows else None
+    if "05_distributed" not in skip:
+        found["05_distributed"] = memory_records(shape, scale, divided)
+    return found
 
 
-def by_question(table, start):
-    return table[table["question"].str.startswith(start)].iloc[0]
+def row(table, key):
+    return table.set_index("key").loc[key]
 
 
-def test_every_row_is_computed_from_the_files(tmp_path):
-    table = evidence.evidence_table(fake_results(tmp_path))
-
-    assert by_question(table, "Compiled vmap")["value"] == pytest.approx(2.0)
-    assert by_question(table, "vmap against")["value"] == pytest.approx(30.0)
-    assert by_question(table, "Many tiny ops")["value"] == pytest.approx(0.25)
-    assert by_question(table, "torch.compile on a GPT")["value"] == pytest.approx(1.5)
-    assert by_question(table, "ViT training")["value"] == pytest.approx(0.5)
-    assert by_question(table, "nnx.jit")["value"] == pytest.approx(2.0)
-    assert by_question(table, "FSDP2")["value"] == pytest.approx(0.25)
-    assert by_question(table, "DDP")["value"] == pytest.approx(3.0)
-    assert (table["measured_on"] == "test CPU, scale=small").all()
+def advice(table, need_start):
+    rows = guide.guide_table(table)
+    return rows[rows["if you need"].str.startswith(need_start)].iloc[0]
 
 
-def test_chapters_with_claims_give_the_verdict_the_rule_gives_not_the_files_word(tmp_path):
-    faster_jax = evidence.evidence_table(fake_results(tmp_path, vmap_ratio=(2.0, 1.9, 2.1)))
-    faster_torch = evidence.evidence_table(fake_results(tmp_path, vmap_ratio=(0.5, 0.4, 0.6)))
-    tie = evidence.evidence_table(fake_results(tmp_path, vmap_ratio=(1.0, 0.99, 1.01)))
-    straddles = evidence.evidence_table(fake_results(tmp_path, vmap_ratio=(1.05, 0.9, 1.2)))
-    noisy = evidence.evidence_table(fake_results(tmp_path, noisy_vmap=True))
+@pytest.mark.parametrize("scale", SCALES)
+def test_results_shaped_like_every_scale_build_a_scoped_guide(scale):
+    table = evidence.evidence_table(results_for(scale))
+    rows = guide.guide_table(table)
 
-    assert by_question(faster_jax, "Compiled vmap")["favours"] == "JAX"
-    assert by_question(faster_torch, "Compiled vmap")["favours"] == "PyTorch"
-    assert by_question(tie, "Compiled vmap")["favours"] == "even"
-    assert by_question(straddles, "Compiled vmap")["favours"] == "inconclusive on this build"
-    assert by_question(noisy, "Compiled vmap")["favours"] == "inconclusive on this build"
-    assert by_question(faster_torch, "Many tiny ops")["favours"] == "JAX"  # 0.25x: slower
-    assert by_question(faster_jax, "ViT training")["favours"] == "PyTorch"  # 0.5x: slower
-    assert by_question(faster_jax, "nnx.jit")["favours"] == "split/merge"
+    assert not (table["favours"] == evidence.MISSING).any()
+    assert len(rows) == len(guide.ADVICE)
+    measured = rows[rows["this build suggests"] != evidence.NOT_MEASURED]
+    assert measured["measured at"].str.contains(SCALES[scale]["device"], regex=False).all()
+    assert measured["measured at"].str.contains(f"{scale} scale").all()
+    on_cpu = measured["measured at"].str.contains(guide.CPU_WARNING, regex=False)
+    assert on_cpu.all() if scale == "small" else not on_cpu.any()
 
 
-def test_chapters_without_claims_yet_apply_a_band_to_their_records(tmp_path):
-    table = evidence.evidence_table(fake_results(tmp_path))
+def test_scale_dependent_names_are_read_from_the_claims_not_assumed():
+    full = evidence.evidence_table(results_for("full"))
 
-    assert by_question(table, "DDP")["favours"] == "1 process"
-
-
-def test_a_missing_chapter_is_reported_not_guessed(tmp_path):
-    table = evidence.evidence_table(fake_results(tmp_path, skip=("04_vit_training",
-                                                                 "03_torch_compile")))
-
-    for chapter, count in (("04_vit_training", 2), ("03_torch_compile", 1)):
-        missing = table[table["chapter"] == chapter]
-        assert len(missing) == count and (missing["favours"] == "MISSING").all()
-        assert missing["value"].map(math.isnan).all()
-        assert missing["measured_on"].str.contains(f"from {chapter}").all()
-    assert (~table["chapter"].isin(["04_vit_training", "03_torch_compile"])
-            <= (table["favours"] != "MISSING")).all()
+    assert "shakespeare-char 10.65M" in row(full, "gpt_char_inductor")["question"]
+    assert "GPT-2 124M" in row(full, "gpt_vocab_inductor")["question"]
+    assert row(full, "data_parallel")["question"].endswith("dp_x8_vs_one")
+    medium = evidence.evidence_table(results_for("medium"))
+    assert row(medium, "data_parallel")["question"].endswith("dp_x2_vs_one")
 
 
-def test_a_result_file_without_the_needed_row_is_a_clear_error(tmp_path):
-    results = fake_results(tmp_path)
-    distributed = results["05_distributed"]
-    results["05_distributed"] = distributed[distributed["variant"] != "ddp"]
+def test_the_verdict_is_recomputed_from_the_numbers_not_the_files_word():
+    faster = evidence.evidence_table(results_for())
+    slower = evidence.evidence_table(results_for(
+        override={"attention_jit_vs_compile": (0.5, 0.4, 0.6, False)}))
+    tie = evidence.evidence_table(results_for(
+        override={"attention_jit_vs_compile": (1.0, 0.99, 1.01, False)}))
 
-    with pytest.raises(KeyError, match="step_time.*ddp"):
+    assert row(faster, "vmap_attention_compiled")["favours"] == "JAX"
+    assert row(slower, "vmap_attention_compiled")["favours"] == "PyTorch"
+    assert row(tie, "vmap_attention_compiled")["favours"] == "even"
+    assert row(faster, "vmap_attention_compiled")["verdict"] == "faster"  # file said "stale"
+    assert "2.000x [1.900, 2.100]" in row(faster, "vmap_attention_compiled")["result"]
+
+
+@pytest.mark.parametrize("numbers", [(2.0, 1.9, 2.1, True), (1.05, 0.9, 1.2, False)],
+                         ids=["noisy", "interval-straddles-the-band"])
+def test_an_undecided_claim_makes_its_recommendation_inconclusive(numbers):
+    table = evidence.evidence_table(results_for(override={"fused_jax_vs_torch_b32": numbers}))
+
+    assert row(table, "vit_fp32")["favours"] == evidence.INCONCLUSIVE
+    suggestion = advice(table, "a ViT training step, compiled, fp32")["this build suggests"]
+    assert suggestion.startswith("inconclusive on this build")
+
+
+def test_one_undecided_claim_of_several_makes_the_whole_row_inconclusive():
+    table = evidence.evidence_table(results_for(
+        override={"vocab_inductor_fp32": (1.3, 1.0, 1.6, True)}))
+
+    suggestion = advice(table, "torch.compile for a GPT")["this build suggests"]
+    assert suggestion.startswith("inconclusive on this build")
+
+
+def test_decided_claims_give_the_advice_for_their_side():
+    table = evidence.evidence_table(results_for(override={
+        "fused_jax_vs_torch_b32": (0.5, 0.48, 0.52, False),
+        "char_inductor_fp32": (1.0, 0.99, 1.01, False),
+        "vocab_inductor_fp32": (1.0, 0.98, 1.02, False)}))
+
+    assert advice(table, "a ViT training step, compiled, fp32")["this build suggests"] == \
+        "PyTorch: torch.compile + SDPA"
+    assert advice(table, "torch.compile for a GPT")["this build suggests"].startswith(
+        "no gain measured")
+
+
+def test_claims_that_disagree_make_the_advice_depend_on_the_workload():
+    table = evidence.evidence_table(results_for(
+        override={"vocab_inductor_fp32": (0.7, 0.65, 0.75, False)}))
+
+    suggestion = advice(table, "torch.compile for a GPT")["this build suggests"]
+    assert suggestion.startswith("depends on the workload on this build")
+    assert "compile it" in suggestion and "stay eager" in suggestion
+
+
+def test_a_missing_chapter_is_reported_not_guessed():
+    table = evidence.evidence_table(results_for(skip=("04_vit_training", "05_distributed")))
+
+    missing = table[table["chapter"].isin(["04_vit_training", "05_distributed"])]
+    expected = sum(e.chapter in ("04_vit_training", "05_distributed") for e in evidence.EVIDENCE)
+    assert len(missing) == expected >= 6 and (missing["favours"] == evidence.MISSING).all()
+    assert missing["ratio"].map(math.isnan).all()
+    assert (table.loc[~table.index.isin(missing.index), "favours"] != evidence.MISSING).all()
+    assert advice(table, "Flax NNX")["this build suggests"].startswith(
+        "no evidence in this build: run 04_vit_training")
+    assert advice(table, "a model whose state")["measured at"] == ""
+
+
+def test_no_claims_file_at_all_leaves_every_timed_row_missing():
+    table = evidence.evidence_table(results_for(skip=evidence.CHAPTERS))
+
+    assert (table["favours"] == evidence.MISSING).all()
+
+
+def test_a_claim_made_only_on_some_builds_reads_not_measured_where_absent():
+    small = evidence.evidence_table(results_for("small"))
+
+    assert row(small, "vit_bf16")["favours"] == evidence.NOT_MEASURED
+    assert advice(small, "a ViT training step, compiled, bf16")["this build suggests"] == \
+        evidence.NOT_MEASURED
+    full = evidence.evidence_table(results_for("full"))
+    assert row(full, "vit_bf16")["favours"] == "JAX"
+
+
+def test_a_chapter_without_a_required_claim_is_a_clear_error():
+    results = results_for()
+    claims = results["claims"]
+    results["claims"] = claims[claims["claim_id"] != "split_vs_nnx_b32"]
+
+    with pytest.raises(KeyError, match="split_vs_nnx_b32"):
         evidence.evidence_table(results)
+
+
+def test_memory_compares_both_frameworks_at_their_largest_common_device_count():
+    table = evidence.evidence_table(results_for("small"))
+    memory = row(table, "fsdp_memory")
+
+    assert memory["devices"] == 4  # PyTorch ran 2 and 4 ranks, JAX 2, 4 and 8 devices
+    assert memory["favours"] == "either framework"
+    assert "0.251" in memory["result"] and "0.250" in memory["result"]
+    assert memory["question"].startswith("MLP training step")  # the model, from its claims
+
+
+def test_memory_names_the_framework_that_divided_the_state():
+    table = evidence.evidence_table(results_for("full", divided=False))
+
+    assert row(table, "fsdp_memory")["favours"] == "JAX"
+    assert advice(table, "a model whose state")["this build suggests"].startswith("JAX FSDP")
+
+
+@pytest.mark.parametrize(("pattern", "ids", "expected"), [
+    ("dp_x{n}_vs_one", ["dp_x2_vs_one", "dp_x16_vs_one", "dp_x4_vs_one"], "dp_x16_vs_one"),
+    ("dp_x{n}_vs_one", ["dp_x2_vs_dp"], None),
+    ("split_vs_nnx_b32", ["split_vs_nnx_b32"], "split_vs_nnx_b32"),
+    ("split_vs_nnx_b32", ["split_vs_nnx_b8"], None),
+])
+def test_claim_ids_with_a_device_count_resolve_to_the_largest(pattern, ids, expected):
+    assert evidence.resolve_claim_id(pattern, ids) == expected
+
+
+def test_every_advice_rests_on_known_evidence_and_speaks_for_every_side():
+    keys = {item.key: item for item in evidence.EVIDENCE}
+    for item in guide.ADVICE:
+        assert set(item.keys) <= set(keys), item.need
+        for key in item.keys:
+            sides = ({"either framework", "PyTorch", "JAX", "neither"}
+                     if isinstance(keys[key], evidence.ShardedMemory)
+                     else {*keys[key].favours.values(), "even"})
+            assert sides <= set(item.says), (item.need, sides - set(item.says))
+
+
+def test_advice_on_unknown_evidence_is_a_clear_error():
+    table = evidence.evidence_table(results_for())
+    bad = guide.Advice("anything", ("no_such_key",), {}, "01_vmap")
+
+    with pytest.raises(KeyError, match="no_such_key"):
+        guide.recommend(bad, table)
+
+
+def test_the_scope_is_the_part_of_the_question_before_the_comparison():
+    assert guide.scope_of("ViT step, batch 32, CPU: torch eager, SDPA: bf16 against fp32") == \
+        "ViT step, batch 32, CPU"

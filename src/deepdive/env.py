@@ -9,6 +9,7 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -280,6 +281,11 @@ def progress(iterable, desc: str = "", total: int | None = None):
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, total=total, leave=False)
+
+
+def is_cpu_label(label: str) -> bool:
+    """Whether a `device_label()` names a CPU (it ends in its core count), not a GPU."""
+    return bool(re.search(r"\(\d+ (of \d+ )?cores?\)$", str(label)))
 
 
 def device_label() -> str:

@@ -1,90 +1,60 @@
-"""The evidence behind chapter 6's guide, computed from the other chapters' saved results.
+"""The evidence behind chapter 6's guide, read from this build's saved results.
 
-Where a chapter decides its comparisons with the verdict rule (chapters 1 to 4), the
-guide takes the verdict from `_build/results/claims.csv`: a `FromClaim` names the claim
-and which framework each verdict favours, so the guide can never say more than the
-chapter did. The other chapters' rows are `Claim`s: a question, the chapter that measured
-it, and a function that reads that chapter's records (`deepdive.results`) and returns a
-number and which framework it favours. Nothing here holds a measured value; a chapter
-whose results are missing shows up as MISSING, never as a stale number.
+Every timed row is a claim in `_build/results/claims.csv`, named by a stable id, so the
+guide says what the chapter's verdict rule said (faster, slower, tie, or inconclusive on
+this build), recomputed from the saved ratio, interval, noise flag and tie band. Its
+scope comes with it: the claim's question names the workload and its size, the file the
+device and the scale. The one untimed row, the memory each device holds under sharding,
+is read from chapter 5's byte counts, which are exact. Nothing here holds a measured
+value, and nothing depends on a size that changes with the scale: where a claim id holds
+a device count (`dp_x{n}_vs_one`), the largest count this build saved is read. A chapter
+that saved nothing shows up as MISSING, never as a stale number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training", "05_distributed")
-TIE_BAND = 0.10  # a ratio within 10% of 1 is called even: this machine's runs move that much
-
-
-@dataclass(frozen=True)
-class Claim:
-    topic: str
-    chapter: str
-    question: str
-    measure: Callable[[pd.DataFrame], float]
-    meaning: str  # what the number is, e.g. "PyTorch time / JAX time"
-    favours: Callable[[float], str]
-
-
-def ratio_favours(above: str, below: str) -> Callable[[float], str]:
-    """For a ratio: `above` when clearly over 1, `below` when clearly under, else even."""
-
-    def verdict(value: float) -> str:
-        if value > 1 + TIE_BAND:
-            return above
-        if value < 1 / (1 + TIE_BAND):
-            return below
-        return "even"
-
-    return verdict
-
-
-def value(frame: pd.DataFrame, *, experiment: str, variant: str, metric: str = "median",
-          size=None) -> float:
-    """One saved value; `size=None` takes the largest size the chapter measured."""
-    rows = frame[(frame["experiment"] == experiment) & (frame["variant"] == variant)
-                 & (frame["metric"] == metric)]
-    if rows.empty:
-        raise KeyError(f"no {metric!r} for {experiment!r}/{variant!r} in {frame['chapter'].iat[0]}")
-    sizes = pd.to_numeric(rows["size"], errors="coerce")
-    if size is None:
-        pick = rows[sizes == sizes.max()] if sizes.notna().any() else rows
-    else:
-        pick = rows[rows["size"].astype(str) == str(size)]
-    if pick.empty:
-        raise KeyError(f"no size {size!r} for {experiment!r}/{variant!r}")
-    return float(pick["value"].iloc[0])
-
-
-def _fsdp_share(frame):
-    rows = frame[(frame["experiment"] == "memory_per_device")]
-    full = rows[rows["variant"] == "single"]["value"].iloc[0]
-    sharded = rows[rows["variant"] == "fsdp2"]
-    return float(sharded.loc[pd.to_numeric(sharded["size"]).idxmax(), "value"] / full)
-
-
-def _torch_ddp_overhead(frame):
-    return (value(frame, experiment="step_time", variant="ddp", metric="step median (ms)",
-                  size=2)
-            / value(frame, experiment="step_time", variant="single",
-                    metric="step median (ms)", size=1))
+MISSING = "MISSING"
+NOT_MEASURED = "not measured in this build"
+INCONCLUSIVE = "inconclusive on this build"
+# Sharded state may exceed 1/n of the whole by padding (FSDP2 pads a dimension that n does
+# not divide) and by small replicated pieces; beyond this share of 1/n it is not "divided".
+PADDING_ALLOWANCE = 0.05
 
 
 @dataclass(frozen=True)
 class FromClaim:
-    """A guide row read from claims.csv: `favours` maps a verdict (the candidate against
-    the baseline) to what it favours; a tie is "even" and an inconclusive claim says so."""
+    """An evidence row read from claims.csv. `favours` maps the verdict of the claim's
+    candidate against its baseline ("faster", "slower") to what that verdict favours; a
+    tie favours neither ("even"). `optional` claims are made only on some builds (bf16
+    timings where the hardware has bf16, say): absent, they are "not measured", not
+    MISSING."""
 
+    key: str
     topic: str
     chapter: str
-    question: str
     claim_id: str
-    favours: dict
+    favours: dict = field(hash=False)
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class ShardedMemory:
+    """The evidence row for memory under sharding, from chapter 5's byte counts: the state
+    (parameters + optimizer) the fullest device holds, over one process's, per framework,
+    at the largest device count both frameworks ran."""
+
+    key: str
+    topic: str
+    chapter: str
+    sharded: dict = field(hash=False)  # framework -> the sharded strategy's variant name
+    single: dict = field(hash=False)  # framework -> the one-process variant name
 
 
 def _jax_if_faster() -> dict:
@@ -95,30 +65,42 @@ def _torch_if_faster() -> dict:
     return {"faster": "PyTorch", "slower": "JAX"}
 
 
-CLAIMS = (
-    FromClaim("vectorization", "01_vmap", "Compiled vmap on attention: which runs faster?",
+EVIDENCE = (
+    FromClaim("vmap_attention_compiled", "vectorization", "01_vmap",
               "attention_jit_vs_compile", _jax_if_faster()),
-    FromClaim("vectorization", "01_vmap", "vmap against a Python loop (JAX, attention, eager)",
-              "attention_jax_vmap_vs_loop", {"faster": "vmap", "slower": "loop"}),
-    FromClaim("overhead", "02_jit_xla", "Many tiny ops, compiled: torch.compile against jax.jit",
-              "tiny_compile_vs_jit", _torch_if_faster()),
-    FromClaim("compilation", "02_jit_xla",
-              "Fusing an elementwise chain: torch.compile vs jax.jit (freed memory kept)",
-              "kept_fusion_compile_vs_jit", _torch_if_faster()),
-    FromClaim("compilation", "03_torch_compile", "torch.compile on a GPT training step (fp32)",
-              "char_inductor_fp32", {"faster": "torch.compile", "slower": "eager"}),
-    FromClaim("training", "04_vit_training",
-              "ViT training step, compiled, each framework's attention API (fp32)",
-              "fused_jax_vs_torch_b32", _jax_if_faster()),
-    FromClaim("training", "04_vit_training", "nnx.jit against the split/merge jax.jit step",
-              "split_vs_nnx_b32", {"faster": "split/merge", "slower": "nnx.jit"}),
-    Claim("scaling", "05_distributed", "FSDP2: memory per rank against one process",
-          _fsdp_share, "params + optimizer state per rank / single process, most ranks",
-          lambda share: "sharding" if share < 0.75 else "even"),
-    Claim("scaling", "05_distributed", "DDP on 2 ranks against 1 process, same global batch",
-          _torch_ddp_overhead, "DDP x2 step / single-process step (shared CPU cores)",
-          ratio_favours("1 process", "DDP")),
+    FromClaim("vmap_dot_compiled", "vectorization", "01_vmap", "dot_jit_vs_compile",
+              _jax_if_faster()),
+    FromClaim("vmap_vs_loop_jax", "vectorization", "01_vmap", "attention_jax_vmap_vs_loop",
+              {"faster": "vmap", "slower": "loop"}),
+    FromClaim("vmap_vs_loop_torch", "vectorization", "01_vmap", "attention_torch_vmap_vs_loop",
+              {"faster": "vmap", "slower": "loop"}),
+    FromClaim("tiny_compiled", "overhead", "02_jit_xla", "tiny_compile_vs_jit",
+              _torch_if_faster()),
+    FromClaim("tiny_eager", "overhead", "02_jit_xla", "tiny_eager_torch_vs_jax",
+              _torch_if_faster()),
+    FromClaim("fusion_kept", "compilation", "02_jit_xla", "kept_fusion_compile_vs_jit",
+              _torch_if_faster()),
+    FromClaim("fusion_glibc", "compilation", "02_jit_xla", "fusion_compile_vs_jit",
+              _torch_if_faster()),
+    FromClaim("gpt_char_inductor", "compilation", "03_torch_compile", "char_inductor_fp32",
+              {"faster": "torch.compile", "slower": "eager"}),
+    FromClaim("gpt_vocab_inductor", "compilation", "03_torch_compile", "vocab_inductor_fp32",
+              {"faster": "torch.compile", "slower": "eager"}),
+    FromClaim("vit_fp32", "training", "04_vit_training", "fused_jax_vs_torch_b32",
+              _jax_if_faster()),
+    FromClaim("vit_bf16", "training", "04_vit_training", "bf16_fused_jax_vs_torch",
+              _jax_if_faster(), optional=True),
+    FromClaim("nnx_split", "training", "04_vit_training", "split_vs_nnx_b32",
+              {"faster": "split/merge", "slower": "nnx.jit"}),
+    FromClaim("data_parallel", "scaling", "05_distributed", "dp_x{n}_vs_one",
+              {"faster": "data parallel", "slower": "one device"}),
+    FromClaim("fsdp_time", "scaling", "05_distributed", "fsdp_x{n}_vs_dp",
+              {"faster": "FSDP", "slower": "data parallel"}),
+    ShardedMemory("fsdp_memory", "scaling", "05_distributed",
+                  sharded={"torch": "fsdp2", "jax": "FSDP, shard_map"},
+                  single={"torch": "single", "jax": "one device"}),
 )
+FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
 
 
 def load_all(directory: Path) -> dict[str, pd.DataFrame | None]:
@@ -132,44 +114,98 @@ def load_all(directory: Path) -> dict[str, pd.DataFrame | None]:
 
 
 def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
-    """One row per claim: the measured number, what it means, whom it favours, and where
-    it came from (device and scale of that chapter's build), or MISSING."""
+    """One row per piece of evidence: its question (with the workload's scope), the verdict
+    and what it favours, the numbers behind it, and the device and scale it was measured
+    on; or MISSING where its chapter saved nothing."""
     rows = []
-    for claim in CLAIMS:
-        row = {"topic": claim.topic, "question": claim.question, "chapter": claim.chapter}
-        if isinstance(claim, FromClaim):
-            row.update(_from_claims(claim, results.get("claims")))
+    for item in EVIDENCE:
+        row = {"key": item.key, "topic": item.topic, "chapter": item.chapter}
+        if isinstance(item, FromClaim):
+            row.update(_from_claims(item, results.get("claims")))
         else:
-            row.update(_from_records(claim, results.get(claim.chapter)))
+            row.update(_from_memory(item, results.get(item.chapter), results.get("claims")))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _missing(chapter: str, what: str) -> dict:
-    return {"value": float("nan"), "favours": "MISSING",
-            "measured_on": f"MISSING: no {what} from {chapter}; build it first"}
+def _empty(status: str, question: str, why: str) -> dict:
+    return {"question": question, "verdict": status, "favours": status, "result": why,
+            "ratio": float("nan"), "device": "", "scale": ""}
 
 
-def _from_claims(claim: FromClaim, claims: pd.DataFrame | None) -> dict:
-    from deepdive.claims import reread_verdict
+def resolve_claim_id(pattern: str, ids) -> str | None:
+    """The id itself, or for a pattern with "{n}" the saved id with the largest n."""
+    if "{n}" not in pattern:
+        return pattern if pattern in set(ids) else None
+    head, tail = (re.escape(part) for part in pattern.split("{n}"))
+    counts = {int(m.group(1)): i for i in ids if (m := re.fullmatch(f"{head}(\\d+){tail}", i))}
+    return counts[max(counts)] if counts else None
 
-    rows = None if claims is None else claims[(claims["chapter"] == claim.chapter)
-                                              & (claims["claim_id"] == claim.claim_id)]
-    if rows is None or rows.empty:
-        return {"meaning": f"claim {claim.claim_id}", **_missing(claim.chapter, "claim")}
-    saved = rows.iloc[0]
+
+def _from_claims(item: FromClaim, claims: pd.DataFrame | None) -> dict:
+    from deepdive.claims import describe, reread_verdict
+
+    chapter_rows = None if claims is None else claims[claims["chapter"] == item.chapter]
+    if chapter_rows is None or chapter_rows.empty:
+        return _empty(MISSING, f"claim {item.claim_id}",
+                      f"{MISSING}: no claims from {item.chapter}; build it first")
+    claim_id = resolve_claim_id(item.claim_id, chapter_rows["claim_id"])
+    if claim_id is None:
+        if item.optional:
+            return _empty(NOT_MEASURED, f"claim {item.claim_id}",
+                          f"{item.chapter} makes this claim only where it is measured "
+                          "(see the chapter)")
+        raise KeyError(f"{item.chapter} saved claims but not {item.claim_id!r}; its ids are "
+                       f"{sorted(chapter_rows['claim_id'])}")
+    saved = chapter_rows[chapter_rows["claim_id"] == claim_id].iloc[0]
     verdict = reread_verdict(saved)
-    favours = claim.favours.get(verdict, "even" if verdict == "tie"
-                                else "inconclusive on this build")
-    return {"meaning": f"{saved['baseline']} time / {saved['candidate']} time ({verdict}, "
-                       f"95% interval [{saved['low']:.3f}, {saved['high']:.3f}])",
-            "value": float(saved["ratio"]), "favours": favours,
-            "measured_on": f"{saved['device']}, scale={saved['scale']}"}
+    favours = ("even" if verdict == "tie" else INCONCLUSIVE if verdict == "inconclusive"
+               else item.favours[verdict])
+    return {"question": saved["question"], "verdict": verdict, "favours": favours,
+            "result": f"{saved['candidate']} against {saved['baseline']}: {verdict}, "
+                      f"{describe(saved)} (tie band ±{100 * float(saved['tie_band']):.1f}%)",
+            "ratio": float(saved["ratio"]), "low": float(saved["low"]),
+            "high": float(saved["high"]), "tie_band": float(saved["tie_band"]),
+            "device": saved["device"], "scale": saved["scale"]}
 
 
-def _from_records(claim: Claim, frame: pd.DataFrame | None) -> dict:
+def _from_memory(item: ShardedMemory, frame: pd.DataFrame | None,
+                 claims: pd.DataFrame | None) -> dict:
+    question = "parameters + optimizer state per device, sharded against one process"
+    timed = None if claims is None else claims[claims["chapter"] == item.chapter]
+    if timed is not None and not timed.empty:  # the same model: its claims name its size
+        question = f"{timed['question'].iat[0].split(': ', 1)[0]}: {question}"
     if frame is None or frame.empty:
-        return {"meaning": claim.meaning, **_missing(claim.chapter, "results")}
-    number = claim.measure(frame)
-    return {"meaning": claim.meaning, "value": number, "favours": claim.favours(number),
-            "measured_on": f"{frame['device'].iat[0]}, scale={frame['scale'].iat[0]}"}
+        return _empty(MISSING, question, f"{MISSING}: no results from {item.chapter}; "
+                                         "build it first")
+    rows = frame[frame["experiment"] == "memory_per_device"]
+    if rows.empty:
+        raise KeyError(f"{item.chapter} saved no memory_per_device records")
+    counts = [set(pd.to_numeric(rows[(rows["framework"] == fw)
+                                     & (rows["variant"] == variant)]["size"]))
+              for fw, variant in item.sharded.items()]
+    common = set.intersection(*counts)
+    if not common:
+        raise KeyError(f"no device count at which every framework ran sharded in "
+                       f"{item.chapter}: {dict(zip(item.sharded, counts, strict=True))}")
+    n = int(max(common))
+    shares = {}
+    for framework, variant in item.sharded.items():
+        one = rows[(rows["framework"] == framework) & (rows["variant"] == item.single[framework])]
+        if one.empty:
+            raise KeyError(f"no {item.single[framework]!r} memory record for {framework}")
+        sharded = rows[(rows["framework"] == framework) & (rows["variant"] == variant)
+                       & (pd.to_numeric(rows["size"]) == n)]
+        shares[framework] = float(sharded["value"].iloc[0]) / float(one["value"].iloc[0])
+    divided = [fw for fw, share in shares.items() if share * n <= 1 + PADDING_ALLOWANCE]
+    favours = ("either framework" if len(divided) == len(shares)
+               else " and ".join(FRAMEWORK_NAMES[fw] for fw in divided) if divided
+               else "neither")
+    result = ", ".join(f"{FRAMEWORK_NAMES[fw]} {item.sharded[fw]} {share:.3f}"
+                       for fw, share in shares.items())
+    return {"question": f"{question}, on {n} devices", "verdict": "exact byte counts",
+            "favours": favours,
+            "result": f"share of one process's bytes on the fullest device: {result} "
+                      f"(1/{n} = {1 / n:.3f})",
+            "ratio": max(shares.values()), "devices": n,
+            "device": frame["device"].iat[0], "scale": frame["scale"].iat[0]}
