@@ -118,6 +118,47 @@ def test_the_guide_read_every_chapters_results_in_this_build():
     assert soup.find(id="tbl-guide") is not None
 
 
+def glued_rows(table):
+    """{row header: [cell texts]} of a glued DataFrame table."""
+    return {" ".join(tr.find("th").get_text().split()):
+            [" ".join(td.get_text().split()) for td in tr.find_all("td")]
+            for tr in table.find_all("tr") if tr.find("th") and tr.find("td")}
+
+
+def this_build_on_the_reproduce_page():
+    machine = glued_rows(page("book/reproduce").find("table"))
+    return machine["build id"][0]
+
+
+def test_the_reproduce_page_and_chapter_6_name_the_same_build_behind_each_chapter():
+    """The footer says every number was measured by a build of this book and points at
+    the Reproduce page for which one: both pages must agree, chapter by chapter."""
+    this_build = this_build_on_the_reproduce_page()
+    chapter6 = page("notebooks/06_choosing").find(id="tbl-provenance")
+    assert f"This page ran in build {this_build}" in " ".join(chapter6.get_text().split())
+    read_by_chapter6 = glued_rows(chapter6)
+    listed = page("book/reproduce").find(id="which-build-measured-each-chapter")
+    assert glued_rows(listed.find("table")) == read_by_chapter6
+    assert set(read_by_chapter6) == set(CLAIM_CHAPTERS)
+    for chapter, (build_id, *_, measured_in) in read_by_chapter6.items():
+        assert (build_id == this_build) == (measured_in == "this build"), chapter
+    if os.environ.get("DEEPDIVE_FRESH_BUILD") == "1":  # a clean clone: nothing came from a cache
+        assert all(cells[-1] == "this build" for cells in read_by_chapter6.values())
+
+
+def test_every_guide_row_states_where_it_was_measured():
+    from deepdive.guide import CPU_WARNING
+
+    soup = page("notebooks/06_choosing")
+    header = [" ".join(th.get_text().split()) for th in soup.find(id="tbl-guide").find_all("th")]
+    scope_column = header.index("measured at") - 1  # the first th heads the index column
+    for need, cells in glued_rows(soup.find(id="tbl-guide")).items():
+        if cells[0] == "not measured in this build":
+            continue
+        assert "scale" in cells[scope_column], need
+        assert ("cores)" not in cells[scope_column]) or CPU_WARNING in cells[scope_column], need
+
+
 def test_vit_summary_gives_intervals_and_the_parity_check_passed():
     soup = page("notebooks/04_vit_training")
     assert re.search(r"\dx \[\d+\.\d+, \d+\.\d+\]", soup.find(id="tbl-vit-summary").get_text())

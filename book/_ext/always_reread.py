@@ -1,0 +1,18 @@
+"""Sphinx extension: re-read, and so re-execute, the pages that must be this build's.
+
+`mystnb: execution_mode: force` bypasses the execution cache, but only for a page Sphinx
+reads; an incremental build reads changed sources only, and would keep an old rendering
+of chapter 6 (this build's evidence) and of the Reproduce page (this build's machine and
+id). Listing them here makes every build read them.
+"""
+
+ALWAYS_REREAD = ("notebooks/06_choosing", "book/reproduce")
+
+
+def outdated(app, env, added, changed, removed):
+    return [doc for doc in ALWAYS_REREAD if doc in env.found_docs]
+
+
+def setup(app):
+    app.connect("env-get-outdated", outdated)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
