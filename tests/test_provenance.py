@@ -65,3 +65,22 @@ def test_saving_results_or_claims_stamps_the_chapter():
 def test_a_stamp_needs_a_chapter_name(bad):
     with pytest.raises(ValueError, match="chapter must be"):
         provenance.stamp(bad)
+
+
+@pytest.mark.parametrize(("status", "expected"), [("", "abc123"), (" M src/x.py\n",
+                                                                    "abc123+uncommitted")])
+def test_the_commit_says_when_tracked_files_differ_from_it(monkeypatch, status, expected):
+    import subprocess
+
+    monkeypatch.setattr(provenance.env, "git_commit", lambda: "abc123")
+    monkeypatch.setattr(provenance.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, 0, stdout=status, stderr=""))
+
+    assert provenance.commit() == expected
+
+
+def test_a_stamp_records_the_framework_versions_that_ran():
+    provenance.stamp("01_vmap")
+    row = provenance.load().iloc[0]
+
+    assert row["torch"] != "none" and row["jax"] != "none"

@@ -28,10 +28,12 @@ def test_every_key_the_chapter_cites_is_in_the_bibliography():
 def test_every_anchor_is_labelled_with_hardware_software_and_a_cited_source():
     anchors = read("published_anchors.csv")
 
-    assert list(anchors.columns) == ["source_key", "hardware", "software", "workload",
-                                     "framework", "variant", "metric", "value", "unit", "note"]
+    assert list(anchors.columns) == ["source_key", "date", "hardware", "software",
+                                     "workload", "framework", "variant", "metric", "value",
+                                     "unit", "note"]
     assert set(anchors["source_key"]) <= BIB_KEYS & CITED
-    assert (anchors[["hardware", "software", "workload"]] != "").all().all()
+    assert (anchors[["date", "hardware", "software", "workload"]] != "").all().all()
+    assert anchors["date"].str.contains(r"\b20\d\d\b").all()
     numeric = anchors[anchors["metric"] != "qualitative"]
     assert pd.to_numeric(numeric["value"]).notna().all() and (numeric["unit"] != "").all()
     assert (anchors.loc[anchors["metric"] == "qualitative", "note"] != "").all()

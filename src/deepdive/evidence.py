@@ -30,18 +30,21 @@ PADDING_ALLOWANCE = 0.05
 
 @dataclass(frozen=True)
 class FromClaim:
-    """An evidence row read from claims.csv. `favours` maps the verdict of the claim's
-    candidate against its baseline ("faster", "slower") to what that verdict favours; a
-    tie favours neither ("even"). `optional` claims are made only on some builds (bf16
-    timings where the hardware has bf16, say): absent, they are "not measured", not
-    MISSING."""
+    """A group of evidence rows read from claims.csv, one per claim its patterns name. A
+    pattern holding "{n}" (a batch size or a device count, which change with the scale)
+    names every saved claim it matches. `favours` maps the verdict of a claim's candidate
+    against its baseline ("faster", "slower") to what that verdict favours; a tie favours
+    neither ("even"). `absent` is what an `optional` group says where no claim matches
+    (claims made only on some builds, e.g. compiled bf16 only on a GPU); a required
+    pattern without a match is an error."""
 
     key: str
     topic: str
     chapter: str
-    claim_id: str
+    claim_ids: tuple[str, ...]
     favours: dict = field(hash=False)
     optional: bool = False
+    absent: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,36 +68,36 @@ def _torch_if_faster() -> dict:
     return {"faster": "PyTorch", "slower": "JAX"}
 
 
+WORKLOADS_1 = ("dot", "attention", "grads")  # chapter 1's three vmap workloads
 EVIDENCE = (
-    FromClaim("vmap_attention_compiled", "vectorization", "01_vmap",
-              "attention_jit_vs_compile", _jax_if_faster()),
-    FromClaim("vmap_dot_compiled", "vectorization", "01_vmap", "dot_jit_vs_compile",
-              _jax_if_faster()),
-    FromClaim("vmap_vs_loop_jax", "vectorization", "01_vmap", "attention_jax_vmap_vs_loop",
+    FromClaim("vmap_compiled", "vectorization", "01_vmap",
+              tuple(f"{w}_jit_vs_compile" for w in WORKLOADS_1), _jax_if_faster()),
+    FromClaim("vmap_vs_loop_jax", "vectorization", "01_vmap",
+              tuple(f"{w}_jax_vmap_vs_loop" for w in WORKLOADS_1),
               {"faster": "vmap", "slower": "loop"}),
-    FromClaim("vmap_vs_loop_torch", "vectorization", "01_vmap", "attention_torch_vmap_vs_loop",
+    FromClaim("vmap_vs_loop_torch", "vectorization", "01_vmap",
+              tuple(f"{w}_torch_vmap_vs_loop" for w in WORKLOADS_1),
               {"faster": "vmap", "slower": "loop"}),
-    FromClaim("tiny_compiled", "overhead", "02_jit_xla", "tiny_compile_vs_jit",
+    FromClaim("tiny_compiled", "overhead", "02_jit_xla", ("tiny_compile_vs_jit",),
               _torch_if_faster()),
-    FromClaim("tiny_eager", "overhead", "02_jit_xla", "tiny_eager_torch_vs_jax",
+    FromClaim("tiny_eager", "overhead", "02_jit_xla", ("tiny_eager_torch_vs_jax",),
               _torch_if_faster()),
-    FromClaim("fusion_kept", "compilation", "02_jit_xla", "kept_fusion_compile_vs_jit",
-              _torch_if_faster()),
-    FromClaim("fusion_glibc", "compilation", "02_jit_xla", "fusion_compile_vs_jit",
-              _torch_if_faster()),
-    FromClaim("gpt_char_inductor", "compilation", "03_torch_compile", "char_inductor_fp32",
+    FromClaim("fusion", "compilation", "02_jit_xla",
+              ("kept_fusion_compile_vs_jit", "fusion_compile_vs_jit"), _torch_if_faster()),
+    FromClaim("gpt_inductor", "compilation", "03_torch_compile",
+              ("char_inductor_fp32", "vocab_inductor_fp32"),
               {"faster": "torch.compile", "slower": "eager"}),
-    FromClaim("gpt_vocab_inductor", "compilation", "03_torch_compile", "vocab_inductor_fp32",
-              {"faster": "torch.compile", "slower": "eager"}),
-    FromClaim("vit_fp32", "training", "04_vit_training", "fused_jax_vs_torch_b32",
+    FromClaim("vit_fp32", "training", "04_vit_training", ("fused_jax_vs_torch_b{n}",),
               _jax_if_faster()),
-    FromClaim("vit_bf16", "training", "04_vit_training", "bf16_fused_jax_vs_torch",
-              _jax_if_faster(), optional=True),
-    FromClaim("nnx_split", "training", "04_vit_training", "split_vs_nnx_b32",
+    FromClaim("vit_bf16", "training", "04_vit_training", ("bf16_fused_jax_vs_torch",),
+              _jax_if_faster(), optional=True,
+              absent="no cross-framework bf16 claim in this build: chapter 4 makes it for "
+                     "compiled steps on a GPU only (it times bf16 within each framework)"),
+    FromClaim("nnx_split", "training", "04_vit_training", ("split_vs_nnx_b{n}",),
               {"faster": "split/merge", "slower": "nnx.jit"}),
-    FromClaim("data_parallel", "scaling", "05_distributed", "dp_x{n}_vs_one",
+    FromClaim("data_parallel", "scaling", "05_distributed", ("dp_x{n}_vs_one",),
               {"faster": "data parallel", "slower": "one device"}),
-    FromClaim("fsdp_time", "scaling", "05_distributed", "fsdp_x{n}_vs_dp",
+    FromClaim("fsdp_time", "scaling", "05_distributed", ("fsdp_x{n}_vs_dp",),
               {"faster": "FSDP", "slower": "data parallel"}),
     ShardedMemory("fsdp_memory", "scaling", "05_distributed",
                   sharded={"torch": "fsdp2", "jax": "FSDP, shard_map"},
@@ -119,12 +122,11 @@ def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
     on; or MISSING where its chapter saved nothing."""
     rows = []
     for item in EVIDENCE:
-        row = {"key": item.key, "topic": item.topic, "chapter": item.chapter}
-        if isinstance(item, FromClaim):
-            row.update(_from_claims(item, results.get("claims")))
-        else:
-            row.update(_from_memory(item, results.get(item.chapter), results.get("claims")))
-        rows.append(row)
+        found = (_from_claims(item, results.get("claims")) if isinstance(item, FromClaim)
+                 else [_from_memory(item, results.get(item.chapter), results.get("claims"))])
+        for row in found:
+            rows.append({"key": row.pop("key", item.key), "group": item.key,
+                         "topic": item.topic, "chapter": item.chapter, **row})
     return pd.DataFrame(rows)
 
 
@@ -133,40 +135,53 @@ def _empty(status: str, question: str, why: str) -> dict:
             "ratio": float("nan"), "device": "", "scale": ""}
 
 
-def resolve_claim_id(pattern: str, ids) -> str | None:
-    """The id itself, or for a pattern with "{n}" the saved id with the largest n."""
+def resolve_claim_ids(pattern: str, ids) -> list[str]:
+    """The id itself if saved; for a pattern with "{n}", every saved id it matches, in
+    increasing n."""
     if "{n}" not in pattern:
-        return pattern if pattern in set(ids) else None
+        return [pattern] if pattern in set(ids) else []
     head, tail = (re.escape(part) for part in pattern.split("{n}"))
     counts = {int(m.group(1)): i for i in ids if (m := re.fullmatch(f"{head}(\\d+){tail}", i))}
-    return counts[max(counts)] if counts else None
+    return [counts[n] for n in sorted(counts)]
 
 
-def _from_claims(item: FromClaim, claims: pd.DataFrame | None) -> dict:
-    from deepdive.claims import describe, reread_verdict
-
+def _from_claims(item: FromClaim, claims: pd.DataFrame | None) -> list[dict]:
     chapter_rows = None if claims is None else claims[claims["chapter"] == item.chapter]
     if chapter_rows is None or chapter_rows.empty:
-        return _empty(MISSING, f"claim {item.claim_id}",
-                      f"{MISSING}: no claims from {item.chapter}; build it first")
-    claim_id = resolve_claim_id(item.claim_id, chapter_rows["claim_id"])
-    if claim_id is None:
-        if item.optional:
-            return _empty(NOT_MEASURED, f"claim {item.claim_id}",
-                          f"{item.chapter} makes this claim only where it is measured "
-                          "(see the chapter)")
-        raise KeyError(f"{item.chapter} saved claims but not {item.claim_id!r}; its ids are "
-                       f"{sorted(chapter_rows['claim_id'])}")
-    saved = chapter_rows[chapter_rows["claim_id"] == claim_id].iloc[0]
+        return [_empty(MISSING, f"claims {', '.join(item.claim_ids)}",
+                       f"{MISSING}: no claims from {item.chapter}; build it first")]
+    found = []
+    for pattern in item.claim_ids:
+        ids = resolve_claim_ids(pattern, chapter_rows["claim_id"])
+        if not ids and not item.optional:
+            raise KeyError(f"{item.chapter} saved claims but none matching {pattern!r}; its "
+                           f"ids are {sorted(chapter_rows['claim_id'])}")
+        found += ids
+    if not found:
+        return [_empty(NOT_MEASURED, f"claims {', '.join(item.claim_ids)}", item.absent)]
+    return [_claim_row(item, chapter_rows[chapter_rows["claim_id"] == claim_id].iloc[0])
+            for claim_id in found]
+
+
+def _claim_row(item: FromClaim, saved) -> dict:
+    from deepdive.claims import describe, reread_verdict
+
     verdict = reread_verdict(saved)
     favours = ("even" if verdict == "tie" else INCONCLUSIVE if verdict == "inconclusive"
                else item.favours[verdict])
-    return {"question": saved["question"], "verdict": verdict, "favours": favours,
+    return {"key": saved["claim_id"], "question": saved["question"], "verdict": verdict,
+            "favours": favours,
             "result": f"{saved['candidate']} against {saved['baseline']}: {verdict}, "
-                      f"{describe(saved)} (tie band ±{100 * float(saved['tie_band']):.1f}%)",
+                      f"{describe(saved)} (tie band {_band(float(saved['tie_band']))})",
             "ratio": float(saved["ratio"]), "low": float(saved["low"]),
             "high": float(saved["high"]), "tie_band": float(saved["tie_band"]),
+            "candidate": saved["candidate"], "baseline": saved["baseline"],
             "device": saved["device"], "scale": saved["scale"]}
+
+
+def _band(width: float) -> str:
+    """The tie band as the interval of ratios it calls a tie, [1/(1+w), 1+w]."""
+    return f"[{1 / (1 + width):.3f}, {1 + width:.3f}]"
 
 
 def _from_memory(item: ShardedMemory, frame: pd.DataFrame | None,

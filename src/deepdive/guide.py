@@ -1,11 +1,13 @@
 """Chapter 6's recommendations, computed from the evidence of this build.
 
-Each `Advice` names the evidence rows it rests on (`deepdive.evidence` keys) and what to
+Each `Advice` names the evidence groups it rests on (`deepdive.evidence` keys) and what to
 recommend for each side a verdict can favour. A recommendation holds only as far as its
-evidence: one inconclusive row makes it "inconclusive on this build", rows that favour
-different sides make it depend on the workload, and every recommendation carries the
-scope it was measured at (workload and size, device, scale), with a warning when that
-device is a CPU, whose results say nothing about GPUs.
+evidence: where no claim decided, it is "inconclusive on this build"; where some did and
+the rest did not, it says on how many cases it rests and which were inconclusive; where
+decided claims favour different sides, it depends on the case, and says which. Every
+recommendation names the device it was measured on, and the scope (workload and size,
+device, scale) comes with it, with a warning when that device is a CPU, whose results say
+nothing about GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from deepdive.env import is_cpu_label
 from deepdive.evidence import INCONCLUSIVE, MISSING, NOT_MEASURED
 
 CPU_WARNING = "a CPU result: it says nothing about GPUs (see the published anchors)"
+SIMULATED = "simulated devices share one CPU's cores: this measures overhead, not scaling"
 
 
 @dataclass(frozen=True)
@@ -26,32 +29,32 @@ class Advice:
     keys: tuple[str, ...]
     says: dict = field(hash=False)  # favoured side ("JAX", "even", ...) -> recommendation
     chapter: str = ""
+    # A scope that contains the key gets the caveat (e.g. simulated devices).
+    caveats: dict = field(default_factory=dict, hash=False)
 
 
 def _frameworks(jax: str, torch: str) -> dict:
-    return {"JAX": jax, "PyTorch": torch, "even": "either: a tie on this build"}
+    return {"JAX": jax, "PyTorch": torch, "even": "either: a tie"}
 
 
+_SIMULATED = {"simulated": SIMULATED}
 ADVICE = (
-    Advice("per-example code, vectorised and compiled",
-           ("vmap_attention_compiled", "vmap_dot_compiled"),
+    Advice("per-example code (vmap), compiled", ("vmap_compiled",),
            _frameworks("JAX: jax.jit(vmap)", "PyTorch: torch.compile(vmap)"), "01_vmap"),
     Advice("vmap in place of a Python loop over examples, JAX", ("vmap_vs_loop_jax",),
-           {"vmap": "jax.vmap", "loop": "the loop", "even": "either: a tie on this build"},
-           "01_vmap"),
+           {"vmap": "jax.vmap", "loop": "the loop", "even": "either: a tie"}, "01_vmap"),
     Advice("vmap in place of a Python loop over examples, PyTorch", ("vmap_vs_loop_torch",),
-           {"vmap": "torch.func.vmap", "loop": "the loop",
-            "even": "either: a tie on this build"}, "01_vmap"),
+           {"vmap": "torch.func.vmap", "loop": "the loop", "even": "either: a tie"},
+           "01_vmap"),
     Advice("many tiny operations per step, compiled", ("tiny_compiled",),
            _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla"),
     Advice("many tiny operations per step, op by op (eager)", ("tiny_eager",),
            _frameworks("JAX op by op", "PyTorch eager"), "02_jit_xla"),
-    Advice("a long elementwise chain on large arrays, compiled",
-           ("fusion_kept", "fusion_glibc"),
+    Advice("a long elementwise chain on large arrays, compiled", ("fusion",),
            _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla"),
-    Advice("torch.compile for a GPT training step", ("gpt_char_inductor", "gpt_vocab_inductor"),
+    Advice("torch.compile for a GPT training step", ("gpt_inductor",),
            {"torch.compile": "compile it", "eager": "stay eager",
-            "even": "no gain measured here: compile where your own device shows one"},
+            "even": "no gain measured: compile where your own device shows one"},
            "03_torch_compile"),
     Advice("a ViT training step, compiled, fp32, each framework's attention API",
            ("vit_fp32",),
@@ -62,21 +65,22 @@ ADVICE = (
            "04_vit_training"),
     Advice("Flax NNX with the least per-step overhead", ("nnx_split",),
            {"split/merge": "jax.jit on nnx.split state", "nnx.jit": "nnx.jit",
-            "even": "nnx.jit (the simpler one; a tie on this build)"}, "04_vit_training"),
+            "even": "nnx.jit (the simpler one; a tie)"}, "04_vit_training"),
     Advice("one step spread over several devices (JAX data parallel)", ("data_parallel",),
-           {"data parallel": "data parallel: it paid on these devices",
-            "one device": "one device: on these devices splitting cost more than it saved",
-            "even": "no gain on these devices"}, "05_distributed"),
-    Advice("a model whose state does not fit one device", ("fsdp_memory",),
-           {"either framework": "shard it (PyTorch FSDP2 or JAX FSDP): both divide the "
-                                "state by the device count",
-            "PyTorch": "PyTorch FSDP2: only it divided the state here",
-            "JAX": "JAX FSDP: only it divided the state here",
-            "neither": "neither framework divided the state here"}, "05_distributed"),
+           {"data parallel": "data parallel: it paid",
+            "one device": "one device: splitting cost more than it saved",
+            "even": "no gain and no loss"}, "05_distributed", _SIMULATED),
+    Advice("parameters and optimizer state sharded across devices", ("fsdp_memory",),
+           {"either framework": "PyTorch FSDP2 and JAX FSDP both hold 1/n of them per "
+                                "device (persistent state only: not peak memory, "
+                                "gradients or activations)",
+            "PyTorch": "PyTorch FSDP2: only it held 1/n per device",
+            "JAX": "JAX FSDP: only it held 1/n per device",
+            "neither": "neither framework held 1/n per device"}, "05_distributed"),
     Advice("what FSDP costs in step time against data parallel (JAX)", ("fsdp_time",),
-           {"FSDP": "FSDP cost no time here", "data parallel":
-            "FSDP cost time here: shard when memory needs it, not by default",
-            "even": "FSDP cost no measurable time (a tie)"}, "05_distributed"),
+           {"FSDP": "FSDP cost no time: it ran faster than data parallel",
+            "data parallel": "FSDP cost time: shard when memory needs it, not by default",
+            "even": "FSDP cost no measurable time (a tie)"}, "05_distributed", _SIMULATED),
 )
 
 
@@ -85,37 +89,67 @@ def scope_of(question: str) -> str:
     return question.split(": ", 1)[0]
 
 
+def case_labels(questions) -> list[str]:
+    """What tells the cases of one advice apart: the parts of their scopes that not all of
+    them share ("batch 8" and "batch 32"), else the compared pair."""
+    scopes = [[part.strip() for part in scope_of(q).split(",")] for q in questions]
+    shared = set.intersection(*(set(parts) for parts in scopes)) if scopes else set()
+    labels = [", ".join(p for p in parts if p not in shared) for parts in scopes]
+    if len(set(labels)) < len(labels) or not all(labels):
+        labels = [q.split(": ", 1)[-1] for q in questions]
+    return labels
+
+
 def recommend(advice: Advice, table: pd.DataFrame) -> dict:
     """One guide row: the recommendation this build's evidence supports, why, and where
     that evidence was measured."""
-    unknown = set(advice.keys) - set(table["key"])
+    unknown = set(advice.keys) - set(table["group"])
     if unknown:
         raise KeyError(f"advice {advice.need!r} rests on evidence the table lacks: "
-                       f"{sorted(unknown)}; known keys are {sorted(table['key'])}")
-    rows = table.set_index("key").loc[list(advice.keys)]
+                       f"{sorted(unknown)}; known groups are {sorted(set(table['group']))}")
+    rows = table[table["group"].isin(advice.keys)]
     measured = rows[rows["favours"] != NOT_MEASURED]
-    sides = list(dict.fromkeys(measured["favours"]))
     if measured.empty:
-        suggestion = NOT_MEASURED
-    elif MISSING in sides:
+        suggestion = "; ".join(rows["result"]) or NOT_MEASURED
+    elif (measured["favours"] == MISSING).any():
         suggestion = f"no evidence in this build: run {advice.chapter} first"
-    elif INCONCLUSIVE in sides:
-        suggestion = f"{INCONCLUSIVE}: measure your own workload"
-    elif len(sides) == 1:
-        if sides[0] not in advice.says:
-            raise KeyError(f"advice {advice.need!r} has nothing to say for {sides[0]!r}; it "
-                           f"knows {sorted(advice.says)}")
-        suggestion = advice.says[sides[0]]
     else:
-        suggestion = "depends on the workload on this build: " + "; ".join(
-            f"{scope_of(row.question)}: {advice.says.get(row.favours, row.favours)}"
-            for row in measured.itertuples())
+        suggestion = _decide(advice, measured)
     return {"if you need": advice.need, "this build suggests": suggestion,
-            "evidence": "; ".join(rows["result"]), "measured at": _scope(measured),
+            "evidence": "; ".join(rows["result"]), "measured at": _scope(advice, measured),
             "chapter": advice.chapter}
 
 
-def _scope(rows: pd.DataFrame) -> str:
+def _decide(advice: Advice, rows: pd.DataFrame) -> str:
+    labels = dict(zip(rows.index, case_labels(rows["question"]), strict=True))
+    decided = rows[rows["favours"] != INCONCLUSIVE]
+    undecided = [labels[i] for i in rows.index if i not in decided.index]
+    if decided.empty:
+        return f"{INCONCLUSIVE}: measure your own workload"
+    sides = list(dict.fromkeys(decided["favours"]))
+    for side in sides:
+        if side not in advice.says:
+            raise KeyError(f"advice {advice.need!r} has nothing to say for {side!r}; it "
+                           f"knows {sorted(advice.says)}")
+    if len(sides) == 1:
+        text = advice.says[sides[0]]
+        if undecided:
+            text += (f" (in {len(decided)} of {len(rows)} cases; {INCONCLUSIVE} for "
+                     f"{'; '.join(undecided)})")
+    else:
+        text = "depends on the case: " + "; ".join(
+            f"{labels[i]}: {advice.says[row.favours]}" for i, row in decided.iterrows())
+        if undecided:
+            text += f"; {INCONCLUSIVE} for {'; '.join(undecided)}"
+    devices = list(dict.fromkeys(rows["device"]))
+    where = ("this build's CPU" if all(is_cpu_label(d) for d in devices)
+             else f"this build's {', '.join(devices)}")
+    caveats = [c for key, c in advice.caveats.items()
+               if any(key in scope_of(q) for q in rows["question"])]
+    return f"On {where}: {text}" + "".join(f" ({c})" for c in caveats)
+
+
+def _scope(advice: Advice, rows: pd.DataFrame) -> str:
     if rows.empty or (rows["device"] == "").all():
         return ""
     workloads = " | ".join(dict.fromkeys(scope_of(q) for q in rows["question"]))

@@ -11,19 +11,33 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import subprocess
 from pathlib import Path
 
 from deepdive import env
 from deepdive.results import results_dir
 
 FILE_NAME = "provenance.csv"
-COLUMNS = ("chapter", "build_id", "commit", "executed_at", "device", "scale")
+COLUMNS = ("chapter", "build_id", "commit", "executed_at", "device", "scale", "torch", "jax")
 OUTSIDE_BUILD = "none (run outside make book)"
 
 
 def build_id() -> str:
     """This build's name, set by `make book`; a notebook run by hand has none."""
     return os.environ.get("DEEPDIVE_BUILD_ID") or OUTSIDE_BUILD
+
+
+def commit() -> str:
+    """The commit, marked "+uncommitted" when tracked files differ from it."""
+    found = env.git_commit()
+    if found is None:
+        return "unknown"
+    try:
+        changes = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return found
+    return f"{found}+uncommitted" if changes.stdout.strip() else found
 
 
 def path() -> Path:
@@ -36,9 +50,11 @@ def stamp(chapter: str) -> Path:
 
     if not chapter or not isinstance(chapter, str):
         raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
-    row = {"chapter": chapter, "build_id": build_id(), "commit": env.git_commit() or "unknown",
+    versions = env.versions()
+    row = {"chapter": chapter, "build_id": build_id(), "commit": commit(),
            "executed_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-           "device": env.device_label(), "scale": env.scale()}
+           "device": env.device_label(), "scale": env.scale(),
+           "torch": versions.get("torch") or "none", "jax": versions.get("jax") or "none"}
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
     kept = load()
