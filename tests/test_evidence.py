@@ -165,8 +165,9 @@ def test_a_row_with_undecided_cases_says_how_many_decided_and_which_did_not():
         override={"vocab_inductor_fp32": (1.3, 1.0, 1.6, True)}))
 
     suggestion = suggests(table, "torch.compile for a GPT")
-    assert suggestion.startswith("On this build's CPU: compile it (in 1 of 2 cases; "
-                                 "inconclusive on this build for gpt-v1024-0.54M")
+    assert suggestion == ("On this build's CPU: compile it (decided in 1 of 2 cases; "
+                          "inconclusive on this build for gpt-v1024-0.54M)")
+    assert advice(table, "torch.compile for a GPT")["status"] == "partly decided"
 
 
 def test_decided_claims_give_the_advice_for_their_side():
@@ -266,6 +267,31 @@ def test_simulated_devices_get_their_caveat():
 
     assert suggests(table, "one step spread").endswith(f"({guide.SIMULATED})")
     assert guide.SIMULATED not in suggests(table, "a ViT training step, compiled, fp32")
+    table.loc[table["group"] == "data_parallel", ["favours", "verdict"]] = evidence.INCONCLUSIVE
+    assert suggests(table, "one step spread") == (f"{evidence.INCONCLUSIVE}: measure your own "
+                                                  f"workload ({guide.SIMULATED})")
+
+
+def test_every_row_has_exactly_one_status():
+    table = evidence.evidence_table(results_for(override={
+        "vocab_inductor_fp32": (0.7, 0.65, 0.75, False),
+        "tiny_compile_vs_jit": (2.0, 1.9, 2.1, True)}))
+    statuses = guide.guide_table(table).set_index("if you need")["status"]
+
+    assert set(statuses) <= set(guide.STATUSES)
+    assert statuses["torch.compile for a GPT training step"] == "depends on the case"
+    assert statuses["many tiny operations per step, compiled"] == "inconclusive"
+    assert statuses["a ViT training step, compiled, bf16 mixed precision"] == "not measured"
+    assert statuses["many tiny operations per step, op by op (eager)"] == "decided"
+
+
+def test_a_detailed_row_shows_what_ran_on_each_side():
+    table = evidence.evidence_table(results_for())
+
+    assert "fused_jax_vs_torch_b32" in advice(table, "a ViT training step, compiled, fp32")[
+        "measured at"]  # the fixture's comparison part is the claim id
+    assert "tiny_compile_vs_jit" not in advice(table, "many tiny operations per step, "
+                                                      "compiled")["measured at"]
 
 
 @pytest.mark.parametrize(("questions", "labels"), [

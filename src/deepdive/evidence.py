@@ -7,8 +7,8 @@ scope comes with it: the claim's question names the workload and its size, the f
 device and the scale. The one untimed row, the memory each device holds under sharding,
 is read from chapter 5's byte counts, which are exact. Nothing here holds a measured
 value, and nothing depends on a size that changes with the scale: where a claim id holds
-a device count (`dp_x{n}_vs_one`), the largest count this build saved is read. A chapter
-that saved nothing shows up as MISSING, never as a stale number.
+a size (`dp_x{n}_vs_one`, `split_vs_nnx_b{n}`), every size this build saved is read. A
+chapter that saved nothing shows up as MISSING, never as a stale number.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _from_claims(item: FromClaim, claims: pd.DataFrame | None) -> list[dict]:
                            f"ids are {sorted(chapter_rows['claim_id'])}")
         found += ids
     if not found:
-        return [_empty(NOT_MEASURED, f"claims {', '.join(item.claim_ids)}", item.absent)]
+        return [_empty(NOT_MEASURED, f"{item.key}: no claim in this build", item.absent)]
     return [_claim_row(item, chapter_rows[chapter_rows["claim_id"] == claim_id].iloc[0])
             for claim_id in found]
 
@@ -188,8 +188,11 @@ def _from_memory(item: ShardedMemory, frame: pd.DataFrame | None,
                  claims: pd.DataFrame | None) -> dict:
     question = "parameters + optimizer state per device, sharded against one process"
     timed = None if claims is None else claims[claims["chapter"] == item.chapter]
-    if timed is not None and not timed.empty:  # the same model: its claims name its size
-        question = f"{timed['question'].iat[0].split(': ', 1)[0]}: {question}"
+    if timed is not None and not timed.empty:  # the same model: its claims name its size,
+        # and how its devices ran (left out: the frameworks ran them differently)
+        model = [part for part in timed["question"].iat[0].split(": ", 1)[0].split(", ")
+                 if "device" not in part and "core" not in part]
+        question = f"{', '.join(model)}: {question}"
     if frame is None or frame.empty:
         return _empty(MISSING, question, f"{MISSING}: no results from {item.chapter}; "
                                          "build it first")

@@ -31,27 +31,32 @@ class Advice:
     chapter: str = ""
     # A scope that contains the key gets the caveat (e.g. simulated devices).
     caveats: dict = field(default_factory=dict, hash=False)
+    # Show each claim's whole question (what ran on each side), not only its scope.
+    detail: bool = False
 
 
 def _frameworks(jax: str, torch: str) -> dict:
-    return {"JAX": jax, "PyTorch": torch, "even": "either: a tie"}
+    return {"JAX": jax, "PyTorch": torch, "even": "a tie: either"}
 
 
 _SIMULATED = {"simulated": SIMULATED}
+ALLOCATOR = ("the cases differ by allocator setting, not by workload: chapter 2 traces the "
+             "gap to page faults on freshly allocated memory")
 ADVICE = (
     Advice("per-example code (vmap), compiled", ("vmap_compiled",),
            _frameworks("JAX: jax.jit(vmap)", "PyTorch: torch.compile(vmap)"), "01_vmap"),
     Advice("vmap in place of a Python loop over examples, JAX", ("vmap_vs_loop_jax",),
-           {"vmap": "jax.vmap", "loop": "the loop", "even": "either: a tie"}, "01_vmap"),
+           {"vmap": "jax.vmap", "loop": "the loop", "even": "a tie: either"}, "01_vmap"),
     Advice("vmap in place of a Python loop over examples, PyTorch", ("vmap_vs_loop_torch",),
-           {"vmap": "torch.func.vmap", "loop": "the loop", "even": "either: a tie"},
+           {"vmap": "torch.func.vmap", "loop": "the loop", "even": "a tie: either"},
            "01_vmap"),
     Advice("many tiny operations per step, compiled", ("tiny_compiled",),
            _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla"),
     Advice("many tiny operations per step, op by op (eager)", ("tiny_eager",),
            _frameworks("JAX op by op", "PyTorch eager"), "02_jit_xla"),
     Advice("a long elementwise chain on large arrays, compiled", ("fusion",),
-           _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla"),
+           _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla",
+           {"freed memory kept": ALLOCATOR}),
     Advice("torch.compile for a GPT training step", ("gpt_inductor",),
            {"torch.compile": "compile it", "eager": "stay eager",
             "even": "no gain measured: compile where your own device shows one"},
@@ -59,10 +64,10 @@ ADVICE = (
     Advice("a ViT training step, compiled, fp32, each framework's attention API",
            ("vit_fp32",),
            _frameworks("JAX: jax.jit + dot_product_attention", "PyTorch: torch.compile + SDPA"),
-           "04_vit_training"),
+           "04_vit_training", detail=True),
     Advice("a ViT training step, compiled, bf16 mixed precision", ("vit_bf16",),
            _frameworks("JAX: jax.jit + dot_product_attention", "PyTorch: torch.compile + SDPA"),
-           "04_vit_training"),
+           "04_vit_training", detail=True),
     Advice("Flax NNX with the least per-step overhead", ("nnx_split",),
            {"split/merge": "jax.jit on nnx.split state", "nnx.jit": "nnx.jit",
             "even": "nnx.jit (the simpler one; a tie)"}, "04_vit_training"),
@@ -100,9 +105,13 @@ def case_labels(questions) -> list[str]:
     return labels
 
 
+STATUSES = ("decided", "partly decided", "depends on the case", "inconclusive",
+            "not measured", "missing")
+
+
 def recommend(advice: Advice, table: pd.DataFrame) -> dict:
-    """One guide row: the recommendation this build's evidence supports, why, and where
-    that evidence was measured."""
+    """One guide row: the recommendation this build's evidence supports, its status (one
+    of STATUSES), why, and where that evidence was measured."""
     unknown = set(advice.keys) - set(table["group"])
     if unknown:
         raise KeyError(f"advice {advice.need!r} rests on evidence the table lacks: "
@@ -110,49 +119,51 @@ def recommend(advice: Advice, table: pd.DataFrame) -> dict:
     rows = table[table["group"].isin(advice.keys)]
     measured = rows[rows["favours"] != NOT_MEASURED]
     if measured.empty:
-        suggestion = "; ".join(rows["result"]) or NOT_MEASURED
+        status, suggestion = "not measured", "; ".join(rows["result"]) or NOT_MEASURED
     elif (measured["favours"] == MISSING).any():
+        status = "missing"
         suggestion = f"no evidence in this build: run {advice.chapter} first"
     else:
-        suggestion = _decide(advice, measured)
-    return {"if you need": advice.need, "this build suggests": suggestion,
+        status, suggestion = _decide(advice, measured)
+    return {"if you need": advice.need, "this build suggests": suggestion, "status": status,
             "evidence": "; ".join(rows["result"]), "measured at": _scope(advice, measured),
             "chapter": advice.chapter}
 
 
-def _decide(advice: Advice, rows: pd.DataFrame) -> str:
+def _decide(advice: Advice, rows: pd.DataFrame) -> tuple[str, str]:
     labels = dict(zip(rows.index, case_labels(rows["question"]), strict=True))
     decided = rows[rows["favours"] != INCONCLUSIVE]
     undecided = [labels[i] for i in rows.index if i not in decided.index]
-    if decided.empty:
-        return f"{INCONCLUSIVE}: measure your own workload"
     sides = list(dict.fromkeys(decided["favours"]))
     for side in sides:
         if side not in advice.says:
             raise KeyError(f"advice {advice.need!r} has nothing to say for {side!r}; it "
                            f"knows {sorted(advice.says)}")
+    caveats = "".join(f" ({c})" for key, c in advice.caveats.items()
+                      if any(key in scope_of(q) for q in rows["question"]))
+    if decided.empty:
+        return "inconclusive", f"{INCONCLUSIVE}: measure your own workload{caveats}"
     if len(sides) == 1:
-        text = advice.says[sides[0]]
-        if undecided:
-            text += (f" (in {len(decided)} of {len(rows)} cases; {INCONCLUSIVE} for "
-                     f"{'; '.join(undecided)})")
+        status, text = "decided", advice.says[sides[0]]
     else:
+        status = "depends on the case"
         text = "depends on the case: " + "; ".join(
             f"{labels[i]}: {advice.says[row.favours]}" for i, row in decided.iterrows())
-        if undecided:
-            text += f"; {INCONCLUSIVE} for {'; '.join(undecided)}"
+    if undecided:
+        status = "partly decided"
+        text += (f" (decided in {len(decided)} of {len(rows)} cases; {INCONCLUSIVE} for "
+                 f"{'; '.join(undecided)})")
     devices = list(dict.fromkeys(rows["device"]))
     where = ("this build's CPU" if all(is_cpu_label(d) for d in devices)
              else f"this build's {', '.join(devices)}")
-    caveats = [c for key, c in advice.caveats.items()
-               if any(key in scope_of(q) for q in rows["question"])]
-    return f"On {where}: {text}" + "".join(f" ({c})" for c in caveats)
+    return status, f"On {where}: {text}{caveats}"
 
 
 def _scope(advice: Advice, rows: pd.DataFrame) -> str:
     if rows.empty or (rows["device"] == "").all():
         return ""
-    workloads = " | ".join(dict.fromkeys(scope_of(q) for q in rows["question"]))
+    workloads = " | ".join(dict.fromkeys(q if advice.detail else scope_of(q)
+                                         for q in rows["question"]))
     devices = list(dict.fromkeys(d for d in rows["device"] if d))
     scales = ", ".join(dict.fromkeys(s for s in rows["scale"] if s))
     text = f"{workloads}; on {', '.join(devices)}, {scales} scale"
