@@ -259,3 +259,19 @@ def test_every_timing_of_a_claim_chapter_has_at_least_15_blocks(chapter):
     blocks = frame[frame["metric"] == "blocks"]
     assert not blocks.empty, f"{chapter} saved no timings with their block counts"
     assert (blocks["value"] >= 15).all(), blocks[blocks["value"] < 15]
+
+
+def execution_seconds():
+    """{document: run time in s} from the Reproduce page's execution table (myst-nb's
+    nb-exec-table), for the documents executed in the build that made it."""
+    table = next(t for t in page("book/reproduce").find_all("table")
+                 if "Run Time (s)" in t.get_text())
+    header = [" ".join(th.get_text().split()) for th in table.find_all("th")]
+    column = header.index("Run Time (s)")
+    rows = [[" ".join(td.get_text().split()) for td in tr.find_all("td")]
+            for tr in table.find_all("tr")]
+    return {cells[0]: float(cells[column]) for cells in rows if len(cells) > column}
+
+
+def test_chapter_6_runs_within_a_minute():
+    assert execution_seconds()["notebooks/06_choosing"] <= 60
