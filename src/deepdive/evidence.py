@@ -190,9 +190,11 @@ def _from_memory(item: ShardedMemory, frame: pd.DataFrame | None,
     timed = None if claims is None else claims[claims["chapter"] == item.chapter]
     if timed is not None and not timed.empty:  # the same model: its claims name its size,
         # and how its devices ran (left out: the frameworks ran them differently)
-        model = [part for part in timed["question"].iat[0].split(": ", 1)[0].split(", ")
-                 if "device" not in part and "core" not in part]
-        question = f"{', '.join(model)}: {question}"
+        parts = timed["question"].iat[0].split(": ", 1)[0].split(", ")
+        model = [p for p in parts if "device" not in p and "core" not in p]
+        devices = [p for p in parts if p not in model]
+        question = f"{', '.join(model)}: {question}" + (
+            f" (JAX's devices: {', '.join(devices)})" if devices else "")
     if frame is None or frame.empty:
         return _empty(MISSING, question, f"{MISSING}: no results from {item.chapter}; "
                                          "build it first")

@@ -33,6 +33,10 @@ class Advice:
     caveats: dict = field(default_factory=dict, hash=False)
     # Show each claim's whole question (what ran on each side), not only its scope.
     detail: bool = False
+    # Caveats (keys of `caveats`) that apply only when the decided cases disagree.
+    caveats_if_split: tuple = ()
+    # Timed rows carry the CPU warning on a CPU; exact byte counts hold on any device.
+    timed: bool = True
 
 
 def _frameworks(jax: str, torch: str) -> dict:
@@ -40,11 +44,12 @@ def _frameworks(jax: str, torch: str) -> dict:
 
 
 _SIMULATED = {"simulated": SIMULATED}
-ALLOCATOR = ("the cases differ by allocator setting, not by workload: chapter 2 traces the "
-             "gap to page faults on freshly allocated memory")
+ALLOCATOR = ("the cases differ by the host allocator's setting, not by workload: see "
+             "chapter 2 for what the setting changes")
 ADVICE = (
     Advice("per-example code (vmap), compiled", ("vmap_compiled",),
-           _frameworks("JAX: jax.jit(vmap)", "PyTorch: torch.compile(vmap)"), "01_vmap"),
+           _frameworks("JAX: jax.jit of the vmapped function",
+                       "PyTorch: torch.compile of the vmapped function"), "01_vmap"),
     Advice("vmap in place of a Python loop over examples, JAX", ("vmap_vs_loop_jax",),
            {"vmap": "jax.vmap", "loop": "the loop", "even": "a tie: either"}, "01_vmap"),
     Advice("vmap in place of a Python loop over examples, PyTorch", ("vmap_vs_loop_torch",),
@@ -56,10 +61,11 @@ ADVICE = (
            _frameworks("JAX op by op", "PyTorch eager"), "02_jit_xla"),
     Advice("a long elementwise chain on large arrays, compiled", ("fusion",),
            _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla",
-           {"freed memory kept": ALLOCATOR}),
+           {"freed memory kept": ALLOCATOR}, caveats_if_split=("freed memory kept",)),
     Advice("torch.compile for a GPT training step", ("gpt_inductor",),
            {"torch.compile": "compile it", "eager": "stay eager",
-            "even": "no gain measured: compile where your own device shows one"},
+            "even": "a tie: no gain beyond the tie band; compile where your own device "
+                    "shows one"},
            "03_torch_compile"),
     Advice("a ViT training step, compiled, fp32, each framework's attention API",
            ("vit_fp32",),
@@ -76,16 +82,18 @@ ADVICE = (
             "one device": "one device: splitting cost more than it saved",
             "even": "no gain and no loss"}, "05_distributed", _SIMULATED),
     Advice("parameters and optimizer state sharded across devices", ("fsdp_memory",),
-           {"either framework": "PyTorch FSDP2 and JAX FSDP both hold 1/n of them per "
-                                "device (persistent state only: not peak memory, "
+           {"either framework": "PyTorch FSDP2 and JAX FSDP each held about 1/n of them "
+                                "on each of n devices (the evidence gives n and the "
+                                "shares; persistent state only: not peak memory, "
                                 "gradients or activations)",
-            "PyTorch": "PyTorch FSDP2: only it held 1/n per device",
-            "JAX": "JAX FSDP: only it held 1/n per device",
-            "neither": "neither framework held 1/n per device"}, "05_distributed"),
+            "PyTorch": "PyTorch FSDP2: only it held about 1/n per device",
+            "JAX": "JAX FSDP: only it held about 1/n per device",
+            "neither": "neither framework held about 1/n per device"}, "05_distributed",
+           timed=False),
     Advice("what FSDP costs in step time against data parallel (JAX)", ("fsdp_time",),
            {"FSDP": "FSDP cost no time: it ran faster than data parallel",
             "data parallel": "FSDP cost time: shard when memory needs it, not by default",
-            "even": "FSDP cost no measurable time (a tie)"}, "05_distributed", _SIMULATED),
+            "even": "a tie: no cost beyond the tie band"}, "05_distributed", _SIMULATED),
 )
 
 
@@ -105,8 +113,8 @@ def case_labels(questions) -> list[str]:
     return labels
 
 
-STATUSES = ("decided", "partly decided", "depends on the case", "inconclusive",
-            "not measured", "missing")
+STATUSES = ("decided", "depends on the case", "partly decided",
+            "partly decided, depends on the case", "inconclusive", "not measured", "missing")
 
 
 def recommend(advice: Advice, table: pd.DataFrame) -> dict:
@@ -140,7 +148,8 @@ def _decide(advice: Advice, rows: pd.DataFrame) -> tuple[str, str]:
             raise KeyError(f"advice {advice.need!r} has nothing to say for {side!r}; it "
                            f"knows {sorted(advice.says)}")
     caveats = "".join(f" ({c})" for key, c in advice.caveats.items()
-                      if any(key in scope_of(q) for q in rows["question"]))
+                      if any(key in scope_of(q) for q in rows["question"])
+                      and (key not in advice.caveats_if_split or len(sides) > 1))
     if decided.empty:
         return "inconclusive", f"{INCONCLUSIVE}: measure your own workload{caveats}"
     if len(sides) == 1:
@@ -150,7 +159,7 @@ def _decide(advice: Advice, rows: pd.DataFrame) -> tuple[str, str]:
         text = "depends on the case: " + "; ".join(
             f"{labels[i]}: {advice.says[row.favours]}" for i, row in decided.iterrows())
     if undecided:
-        status = "partly decided"
+        status = "partly decided" if len(sides) == 1 else "partly decided, depends on the case"
         text += (f" (decided in {len(decided)} of {len(rows)} cases; {INCONCLUSIVE} for "
                  f"{'; '.join(undecided)})")
     devices = list(dict.fromkeys(rows["device"]))
@@ -167,7 +176,8 @@ def _scope(advice: Advice, rows: pd.DataFrame) -> str:
     devices = list(dict.fromkeys(d for d in rows["device"] if d))
     scales = ", ".join(dict.fromkeys(s for s in rows["scale"] if s))
     text = f"{workloads}; on {', '.join(devices)}, {scales} scale"
-    return f"{text}; {CPU_WARNING}" if any(is_cpu_label(d) for d in devices) else text
+    cpu = advice.timed and any(is_cpu_label(d) for d in devices)
+    return f"{text}; {CPU_WARNING}" if cpu else text
 
 
 def guide_table(table: pd.DataFrame, advice=ADVICE) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from deepdive.results import results_dir
 FILE_NAME = "provenance.csv"
 COLUMNS = ("chapter", "build_id", "commit", "executed_at", "device", "scale", "torch", "jax")
 OUTSIDE_BUILD = "none (run outside make book)"
+UNCOMMITTED = "+uncommitted"  # marks a commit whose tracked files had changed
 
 
 def build_id() -> str:
@@ -37,7 +38,7 @@ def commit() -> str:
                                  capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return found
-    return f"{found}+uncommitted" if changes.stdout.strip() else found
+    return f"{found}{UNCOMMITTED}" if changes.stdout.strip() else found
 
 
 def path() -> Path:
