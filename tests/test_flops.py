@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from deepdive.flops import (
+    NoDatasheetPeak,
     Peak,
     bf16_is_native,
+    device_peak,
     gpt_flops_per_token,
     matmul_flops,
     measured_matmul_peak,
@@ -76,6 +78,12 @@ def test_vit_flops_per_image_is_tokens_times_flops_per_token():
         ("NVIDIA H100 PCIe", "bf16", 756),
         ("NVIDIA H200", "fp16", 989),
         ("NVIDIA L4", "bf16", 121),
+        ("Tesla T4", "fp16", 65),
+        ("NVIDIA A10", "tf32", 62.5),
+        ("NVIDIA L40S", "bf16", 362.05),
+        ("NVIDIA H100 NVL", "bf16", 835.5),
+        ("NVIDIA H200 NVL", "fp32", 60),
+        ("NVIDIA B200", "bf16", 2250),
     ],
 )
 def test_peak_flops_gives_datasheet_values_for_driver_names(device, dtype, tflops):
@@ -86,11 +94,42 @@ def test_peak_flops_gives_datasheet_values_for_driver_names(device, dtype, tflop
 
 
 @pytest.mark.parametrize(
-    "device", ["NVIDIA L40S", "NVIDIA H100 NVL", "Tesla T4", "AMD EPYC 7B13"]
+    "device", ["NVIDIA A10G", "NVIDIA GeForce RTX 4090", "NVIDIA L40", "AMD EPYC 7B13"]
 )
 def test_peak_flops_refuses_to_guess_an_unknown_device(device):
-    with pytest.raises(ValueError, match=r"no datasheet peak.*known devices: A100, H100 SXM"):
+    with pytest.raises(NoDatasheetPeak, match=r"no datasheet peak.*known devices: T4, L4"):
         peak_flops(device, "bf16")
+
+
+@pytest.mark.parametrize(("device", "dtype"), [("Tesla T4", "bf16"), ("Tesla T4", "tf32")])
+def test_peak_flops_refuses_a_dtype_the_gpu_has_no_tensor_cores_for(device, dtype):
+    with pytest.raises(NoDatasheetPeak, match=f"T4 has no {dtype} tensor-core path"):
+        peak_flops(device, dtype)
+
+
+def fake_measure(dtype):
+    return Peak(1.5e13, dtype, "measured on this machine: best torch.mm rate")
+
+
+@pytest.mark.parametrize("device", ["NVIDIA A10G", "NVIDIA GeForce RTX 4090", "Tesla T4",
+                                    "NVIDIA RTX A6000", "Tesla V100-SXM2-16GB", ""])
+def test_device_peak_never_raises_for_a_gpu_it_does_not_know(device):
+    peak = device_peak(device, "bf16", measure=fake_measure)
+
+    assert peak.flops_per_s == 1.5e13 and peak.dtype == "bf16"
+    assert peak.source.startswith("measured on this machine")
+    assert "no datasheet peak" in peak.source or "no bf16 tensor-core path" in peak.source
+
+
+def test_device_peak_takes_the_datasheet_where_there_is_one():
+    peak = device_peak("NVIDIA L4", "bf16", measure=fake_measure)
+
+    assert peak.flops_per_s == 121e12 and peak.source.startswith("datasheet: NVIDIA L4")
+
+
+def test_device_peak_still_rejects_an_unknown_dtype():
+    with pytest.raises(ValueError, match="dtype 'fp8' is not known"):
+        device_peak("NVIDIA A10G", "fp8", measure=fake_measure)
 
 
 def test_peak_flops_rejects_an_unknown_dtype():

@@ -16,18 +16,34 @@ from dataclasses import dataclass
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
-# Dense TFLOP/s by device and dtype (fp16 tensor-core peaks equal bf16 on these parts).
+# Dense TFLOP/s by device and dtype; None where the part has no tensor-core path for the
+# dtype (Turing: no TF32, no BF16). Where a datasheet prints only figures "with sparsity",
+# they are halved, as its own footnote says. A10G (AWS) has no published figures: it
+# gets a measured peak (device_peak).
 _PEAKS_TFLOPS = {
+    "T4": ({"fp32": 8.1, "tf32": None, "bf16": None, "fp16": 65},
+           "NVIDIA T4 datasheet (FP16 is mixed precision; Turing has no TF32 or BF16 "
+           "tensor cores)"),
+    "L4": ({"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121},
+           "NVIDIA L4 datasheet (sparsity figures halved)"),
+    "A10": ({"fp32": 31.2, "tf32": 62.5, "bf16": 125, "fp16": 125},
+            "NVIDIA A10 datasheet"),
+    "L40S": ({"fp32": 91.6, "tf32": 183, "bf16": 362.05, "fp16": 362.05},
+             "NVIDIA L40S datasheet"),
     "A100": ({"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
              "NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe)"),
     "H100 SXM": ({"fp32": 67, "tf32": 495, "bf16": 989, "fp16": 989},
                  "NVIDIA H100 datasheet, SXM5 (sparsity figures halved)"),
     "H100 PCIe": ({"fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756},
                   "NVIDIA H100 datasheet, PCIe (sparsity figures halved)"),
+    "H100 NVL": ({"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5},
+                 "NVIDIA H100 NVL datasheet, per GPU (sparsity figures halved)"),
     "H200 SXM": ({"fp32": 67, "tf32": 495, "bf16": 989, "fp16": 989},
                  "NVIDIA H200 datasheet, SXM (sparsity figures halved)"),
-    "L4": ({"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121},
-           "NVIDIA L4 datasheet (sparsity figures halved)"),
+    "H200 NVL": ({"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5},
+                 "NVIDIA H200 datasheet, NVL (sparsity figures halved)"),
+    "B200": ({"fp32": 75, "tf32": 1100, "bf16": 2250, "fp16": 2250},
+             "NVIDIA HGX B200 datasheet specifications, per GPU (sparsity figures halved)"),
 }
 
 
@@ -59,36 +75,64 @@ def vit_flops_per_image(n_params: int, n_layer: int, n_head: int, head_dim: int,
     return n_tokens * gpt_flops_per_token(n_params, n_layer, n_head, head_dim, n_tokens)
 
 
+class NoDatasheetPeak(ValueError):
+    """The table has no figure for this device, or the device lacks this dtype's path."""
+
+
 def peak_flops(device_name: str, dtype: str) -> tuple[float, str]:
     """Datasheet peak FLOP/s of a known GPU for `dtype`, and its source.
 
     `device_name` is what the driver reports ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB
-    HBM3", ...). Raises ValueError for a device or dtype the table does not hold.
+    HBM3", ...). Raises ValueError for an unknown dtype, and NoDatasheetPeak (a ValueError)
+    for a device the table does not hold or a dtype the device has no tensor cores for;
+    `device_peak` falls back to a measured peak there.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not known; accepted: {', '.join(DTYPES)}")
     key = _table_key(device_name)
     if key is None:
-        raise ValueError(
+        raise NoDatasheetPeak(
             f"no datasheet peak for device {device_name!r}; known devices: "
             f"{', '.join(_PEAKS_TFLOPS)}. For a CPU use measured_matmul_peak() and say so."
         )
     peaks, source = _PEAKS_TFLOPS[key]
+    if peaks[dtype] is None:
+        raise NoDatasheetPeak(f"{key} has no {dtype} tensor-core path ({source})")
     return peaks[dtype] * 1e12, source
+
+
+def device_peak(device_name: str, dtype: str, measure: Callable[[str], Peak] | None = None
+                ) -> Peak:
+    """The peak to divide by for MFU on `device_name`: the datasheet's where the table has
+    one, else this device's measured matmul peak, labelled as measured and saying why.
+    Never raises for a device it does not know (an invalid dtype is still an error).
+
+    `measure(dtype)` returns a measured Peak; by default a torch matmul on the GPU, with
+    fp32 standing in for tf32 (the rate is then whatever torch's matmul settings allow).
+    """
+    try:
+        value, source = peak_flops(device_name, dtype)
+    except NoDatasheetPeak as missing:
+        measured = (measure or _measure_on_cuda)(dtype)
+        return Peak(measured.flops_per_s, dtype, f"{measured.source}; {missing}")
+    return Peak(value, dtype, f"datasheet: {source}")
+
+
+def _measure_on_cuda(dtype: str) -> Peak:
+    measured = measured_matmul_peak("fp32" if dtype == "tf32" else dtype, device="cuda")
+    return Peak(measured.flops_per_s, dtype, measured.source)
 
 
 def _table_key(device_name: str) -> str | None:
     name = device_name.upper()
-    if "NVL" in name:  # H100/H200 NVL have their own, lower peaks: not in the table
-        return None
-    if "A100" in name:
-        return "A100"
-    if "H100" in name:
-        return "H100 PCIe" if "PCIE" in name else "H100 SXM"
-    if "H200" in name:
-        return "H200 SXM"
-    if re.search(r"\bL4\b", name):
-        return "L4"
+    for family in ("H100", "H200"):  # NVL parts have their own, lower peaks
+        if family in name:
+            return (f"{family} NVL" if "NVL" in name else
+                    f"{family} PCIe" if family == "H100" and "PCIE" in name else f"{family} SXM")
+    for key, pattern in (("A100", r"A100"), ("B200", r"\bB200\b"), ("L40S", r"\bL40S\b"),
+                         ("L4", r"\bL4\b"), ("T4", r"\bT4\b"), ("A10", r"\bA10\b")):
+        if re.search(pattern, name):
+            return key
     return None
 
 
