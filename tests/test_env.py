@@ -185,3 +185,33 @@ def test_a_gpu_label_is_not_a_cpu_label(monkeypatch, gpu):
     monkeypatch.setattr(env, "gpu_name", lambda: gpu)
 
     assert env.device_label() == gpu and not env.is_cpu_label(gpu)
+
+
+@pytest.mark.parametrize(("torch_kind", "jax_backend"), [("cpu", "cpu"), ("cuda", "gpu"),
+                                                         ("cuda", "cuda"), ("cuda", "rocm")])
+def test_frameworks_on_the_same_kind_of_device_pass(torch_kind, jax_backend):
+    assert env.device_mismatch(torch_kind, jax_backend) is None
+
+
+@pytest.mark.parametrize(("torch_kind", "jax_backend", "fix"), [
+    ("cuda", "cpu", "jax[cuda13]=="),  # the bug: jax[cpu] beside a CUDA torch
+    ("cpu", "gpu", "CUDA build of the pinned torch"),
+    ("cpu", "tpu", "JAX_PLATFORMS=cpu"),
+])
+def test_frameworks_on_different_devices_are_refused_with_the_fix(torch_kind, jax_backend, fix):
+    problem = env.device_mismatch(torch_kind, jax_backend)
+
+    assert problem is not None and fix in problem
+    if "cuda" in (torch_kind, jax_backend) or jax_backend == "gpu":
+        assert "CUDA_VISIBLE_DEVICES=''" in problem
+
+
+def test_an_unknown_torch_device_kind_is_a_clear_error():
+    with pytest.raises(ValueError, match="torch_kind must be 'cuda' or 'cpu'"):
+        env.device_mismatch("mps", "cpu")
+
+
+def test_this_machine_runs_both_frameworks_on_one_kind_of_device():
+    import torch
+
+    assert env.require_same_device() == ("cuda" if torch.cuda.is_available() else "cpu")

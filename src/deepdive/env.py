@@ -297,3 +297,49 @@ def device_label() -> str:
     noun = "core" if total == 1 else "cores"
     return f"{cpu_model()} ({cores} of {total} {noun})" if cores != total else \
         f"{cpu_model()} ({total} {noun})"
+
+
+# JAX's backend names for an NVIDIA or AMD GPU, as torch names its device kind.
+_JAX_GPU_BACKENDS = {"gpu", "cuda", "rocm"}
+
+
+def device_mismatch(torch_kind: str, jax_backend: str) -> str | None:
+    """Why PyTorch and JAX would not run on the same kind of device, or None when they do.
+
+    `torch_kind` is "cuda" or "cpu" (what `torch.cuda.is_available()` gives a chapter);
+    `jax_backend` is `jax.default_backend()` ("gpu", "cpu", "tpu", ...). A chapter that
+    compares them on different kinds would time a GPU against a CPU, so it must stop; the
+    message names the fix.
+    """
+    if torch_kind not in ("cuda", "cpu"):
+        raise ValueError(f"torch_kind must be 'cuda' or 'cpu', got {torch_kind!r}")
+    jax_kind = "cuda" if jax_backend in _JAX_GPU_BACKENDS else jax_backend
+    if jax_kind == torch_kind:
+        return None
+    jax_version = versions().get("jax") or "<the pinned version>"
+    hide_gpu = "or run on the CPU alone: CUDA_VISIBLE_DEVICES='' DEEPDIVE_SCALE=small"
+    if torch_kind == "cuda":
+        return (f"PyTorch sees a CUDA GPU but JAX runs on its {jax_backend!r} backend, so a "
+                f"comparison would time a GPU against a {jax_backend.upper()}. Install JAX's "
+                f"CUDA build beside the pinned one (pip install 'jax[cuda13]=={jax_version}'), "
+                f"{hide_gpu}.")
+    if jax_kind == "cuda":
+        return ("JAX sees a GPU but this PyTorch has no CUDA, so a comparison would time a "
+                "CPU against a GPU. Install a CUDA build of the pinned torch (the registry's "
+                f"wheel is one), {hide_gpu}.")
+    return (f"PyTorch runs on the {torch_kind.upper()} and JAX on its {jax_backend!r} "
+            "backend; this book compares them on one kind of device only: run JAX on the "
+            "CPU too (JAX_PLATFORMS=cpu).")
+
+
+def require_same_device() -> str:
+    """The kind of device both frameworks run on ("cuda" or "cpu"); raises RuntimeError,
+    naming the fix, when PyTorch and JAX see different kinds (see `device_mismatch`)."""
+    import jax
+    import torch
+
+    torch_kind = "cuda" if torch.cuda.is_available() else "cpu"
+    problem = device_mismatch(torch_kind, jax.default_backend())
+    if problem:
+        raise RuntimeError(problem)
+    return torch_kind
