@@ -215,3 +215,20 @@ def test_this_machine_runs_both_frameworks_on_one_kind_of_device():
     import torch
 
     assert env.require_same_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_jax_is_told_not_to_reserve_the_gpu_before_it_starts(monkeypatch):
+    import sys
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    env.let_jax_share_the_gpu()
+
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+
+
+def test_sharing_the_gpu_is_refused_once_jax_is_imported():
+    import jax  # noqa: F401
+
+    with pytest.raises(RuntimeError, match="must run before `import jax`"):
+        env.let_jax_share_the_gpu()

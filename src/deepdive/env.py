@@ -343,3 +343,15 @@ def require_same_device() -> str:
     if problem:
         raise RuntimeError(problem)
     return torch_kind
+
+
+def let_jax_share_the_gpu() -> None:
+    """Stop JAX from reserving 75% of a GPU's memory when its backend starts
+    (`XLA_PYTHON_CLIENT_PREALLOCATE=false`), so PyTorch can allocate beside it in the same
+    process. It refuses once `jax` is imported: the setting is read when the backend
+    starts. Harmless on a CPU."""
+    if "jax" in sys.modules:
+        raise RuntimeError("let_jax_share_the_gpu must run before `import jax`: JAX reads "
+                           "XLA_PYTHON_CLIENT_PREALLOCATE when its backend starts; restart "
+                           "the kernel and call it first")
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
