@@ -84,3 +84,20 @@ def test_a_stamp_records_the_framework_versions_that_ran():
     row = provenance.load().iloc[0]
 
     assert row["torch"] != "none" and row["jax"] != "none"
+
+
+def test_work_that_ran_on_the_cpu_is_labelled_so_where_a_gpu_is_present(monkeypatch):
+    from deepdive import env
+
+    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    records = Results("05_distributed", device=env.cpu_label())
+    records.add("e", "jax", "v", 1, "m", 1.0, "s")
+    claims = Claims("05_distributed", TieBand(0.05), device=env.cpu_label())
+    a = Timing("a", np.full(15, 1e-3), calls_per_block=1, first_call=0.0, session=3)
+    claim = claims.compare("b_vs_a", "q: b against a", a, a)
+
+    assert env.device_label() == "NVIDIA H100 80GB HBM3"
+    assert env.is_cpu_label(records.frame()["device"].iat[0])
+    assert env.is_cpu_label(claim.device)
+    assert Results("x").frame().empty and Claims("x", TieBand(0.05))._device == \
+        "NVIDIA H100 80GB HBM3"  # the default stays the GPU

@@ -55,14 +55,16 @@ class Claims:
     """The claims of one chapter, decided against one tie band; `save()` merges them into
     claims.csv, replacing whatever that chapter saved before."""
 
-    def __init__(self, chapter: str, band: TieBand):
+    def __init__(self, chapter: str, band: TieBand, device: str | None = None):
+        """`device` labels where the timings ran; by default `env.device_label()` (the GPU
+        when there is one): pass `env.cpu_label()` for work that ran on the CPU anyway."""
         if not chapter or not isinstance(chapter, str):
             raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
         if not isinstance(band, TieBand):
             raise TypeError(f"band must be a deepdive.verdict.TieBand, got {band!r}")
         self.chapter, self.band = chapter, band
         self.claims: dict[str, Claim] = {}
-        self._device, self._scale = env.device_label(), env.scale()
+        self._device, self._scale = device or env.device_label(), env.scale()
 
     def compare(self, claim_id: str, question: str, baseline: Timing, candidate: Timing,
                 headline: bool = False, control: Timing | None = None) -> Claim:
@@ -107,7 +109,7 @@ class Claims:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         merged.reindex(columns=COLUMNS).to_csv(temporary, index=False)
         temporary.replace(path)  # atomic: a reader never sees half a file
-        provenance.stamp(self.chapter)
+        provenance.stamp(self.chapter, self._device)
         return path
 
 

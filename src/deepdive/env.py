@@ -290,9 +290,13 @@ def is_cpu_label(label: str) -> bool:
 
 def device_label() -> str:
     """Short name of the device a chapter measures on: the GPU, else the CPU and its cores."""
-    name = gpu_name()
-    if name:
-        return name
+    return gpu_name() or cpu_label()
+
+
+def cpu_label() -> str:
+    """The CPU and the cores this process may use, e.g. "AMD EPYC (1 of 2 cores)": the
+    device label of work that ran on the CPU even where a GPU is present (chapter 5's
+    simulated devices)."""
     cores, total = available_cores(), os.cpu_count()
     noun = "core" if total == 1 else "cores"
     return f"{cpu_model()} ({cores} of {total} {noun})" if cores != total else \

@@ -45,8 +45,9 @@ def path() -> Path:
     return results_dir() / FILE_NAME
 
 
-def stamp(chapter: str) -> Path:
-    """Record that `chapter` saved results now, in this build; replaces its older stamp."""
+def stamp(chapter: str, device: str | None = None) -> Path:
+    """Record that `chapter` saved results now, in this build; replaces its older stamp.
+    `device` is where its results were measured (default `env.device_label()`)."""
     import pandas as pd
 
     if not chapter or not isinstance(chapter, str):
@@ -54,7 +55,7 @@ def stamp(chapter: str) -> Path:
     versions = env.versions()
     row = {"chapter": chapter, "build_id": build_id(), "commit": commit(),
            "executed_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-           "device": env.device_label(), "scale": env.scale(),
+           "device": device or env.device_label(), "scale": env.scale(),
            "torch": versions.get("torch") or "none", "jax": versions.get("jax") or "none"}
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -50,12 +50,14 @@ def results_dir() -> Path:
 class Results:
     """The records of one chapter; `save()` writes them to `<results_dir>/<chapter>.csv`."""
 
-    def __init__(self, chapter: str):
+    def __init__(self, chapter: str, device: str | None = None):
+        """`device` labels where the values were measured; by default
+        `env.device_label()`: pass `env.cpu_label()` for work that ran on the CPU anyway."""
         if not chapter or not isinstance(chapter, str):
             raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
         self.chapter = chapter
         self.records: list[Record] = []
-        self._device = env.device_label()
+        self._device = device or env.device_label()
         self._scale = env.scale()
 
     def add(self, experiment: str, framework: str, variant: str, size, metric: str,
@@ -85,7 +87,7 @@ class Results:
         self.frame().to_csv(path, index=False)
         from deepdive import provenance  # imported here: it builds on this module
 
-        provenance.stamp(self.chapter)
+        provenance.stamp(self.chapter, self._device)
         return path
 
 
