@@ -11,41 +11,126 @@ import torch
 
 from deepdive import env
 
+GIB = 2**30
+T4, H100 = ("Tesla T4", 15 * GIB), ("NVIDIA H100 80GB HBM3", 80 * GIB)
 
-@pytest.mark.parametrize(("value", "expected"), [("small", "small"), ("full", "full"),
-                                                  (" Full ", "full")])
+
+def choose(requested=None, gpu=None, torch_gpu=False, jax_gpu=False):
+    name, memory = gpu or (None, None)
+    return env.choose_scale(requested, gpu=name, gpu_memory=memory, torch_gpu=torch_gpu,
+                            jax_gpu=jax_gpu)
+
+
+def test_without_a_request_a_gpu_both_frameworks_see_gets_medium_and_a_cpu_small():
+    assert choose(gpu=T4, torch_gpu=True, jax_gpu=True) == "medium"
+    assert choose(gpu=H100, torch_gpu=True, jax_gpu=True) == "medium"  # full only on request
+    assert choose() == "small"
+    assert choose(gpu=T4) == "small"  # NVML sees a GPU that neither framework uses
+
+
+@pytest.mark.parametrize(("torch_gpu", "jax_gpu", "fix"), [
+    (True, False, "jax\\[cuda13\\]"), (False, True, "CUDA build of the pinned torch")])
+@pytest.mark.parametrize("requested", [None, "medium", "full"])
+def test_a_gpu_only_one_framework_sees_is_refused_with_the_fix(torch_gpu, jax_gpu, fix,
+                                                              requested):
+    with pytest.raises(RuntimeError, match=fix):
+        choose(requested, H100, torch_gpu, jax_gpu)
+
+
+def test_small_may_be_asked_for_whatever_the_frameworks_see():
+    assert choose("small", H100, torch_gpu=True, jax_gpu=False) == "small"
+    assert choose(" Small ", H100, torch_gpu=True, jax_gpu=True) == "small"
+
+
+@pytest.mark.parametrize("requested", ["medium", "full"])
+def test_gpu_scales_need_a_gpu_both_frameworks_see(requested):
+    with pytest.raises(ValueError, match=f"DEEPDIVE_SCALE={requested} needs a GPU.*there is "
+                                         "none.*DEEPDIVE_SCALE=small"):
+        choose(requested)
+
+
+def test_full_needs_a_data_centre_gpus_memory_and_names_medium():
+    assert choose("full", H100, True, True) == "full"
+    assert choose("full", ("NVIDIA A100-SXM4-40GB", 42_405_855_232), True, True) == "full"
+    with pytest.raises(ValueError, match="Tesla T4 has 15.0 GiB.*DEEPDIVE_SCALE=medium"):
+        choose("full", T4, True, True)
+    assert choose("medium", T4, True, True) == "medium"
+
+
+def test_scale_rejects_an_unknown_value_listing_the_accepted_ones(monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_SCALE", "huge")
+
+    with pytest.raises(ValueError, match="'huge' is not a scale; accepted values: small, "
+                                         "medium, full"):
+        env.scale()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("small", "small"), (" Small ", "small")])
 def test_scale_honours_deepdive_scale(monkeypatch, value, expected):
     monkeypatch.setenv("DEEPDIVE_SCALE", value)
 
     assert env.scale() == expected
 
 
-def test_scale_rejects_an_unknown_value_listing_the_accepted_ones(monkeypatch):
-    monkeypatch.setenv("DEEPDIVE_SCALE", "medium")
-
-    with pytest.raises(ValueError, match="'medium' is not a scale; accepted values: small, full"):
-        env.scale()
-
-
-@pytest.mark.skipif(env.gpu_name() is not None, reason="a GPU is present: the default is full")
+@pytest.mark.skipif(env.gpu_name() is not None, reason="a GPU is present: the default is medium")
 def test_scale_defaults_to_small_without_a_gpu(monkeypatch):
     monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
 
     assert env.scale() == "small"
 
 
-def test_scale_defaults_to_full_where_a_gpu_is_visible(monkeypatch):
+def test_scale_defaults_to_medium_where_both_frameworks_see_the_gpu(monkeypatch):
     monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
-    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA L4")
+    monkeypatch.setattr(env, "gpu_memory", lambda: 24 * GIB)
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
+    monkeypatch.setattr(env, "jax_sees_gpu", lambda: True)
 
-    assert env.scale() == "full"
+    assert env.scale() == "medium"
+    monkeypatch.setenv("DEEPDIVE_SCALE", "full")
+    with pytest.raises(ValueError, match="NVIDIA L4 has 24.0 GiB"):
+        env.scale()
 
 
-@pytest.mark.parametrize(("scale", "expected"), [("small", 4), ("full", 1000)])
+def test_scale_refuses_a_gpu_jax_does_not_see(monkeypatch):
+    monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
+    monkeypatch.setattr(env, "gpu_name", lambda: "Tesla T4")
+    monkeypatch.setattr(env, "gpu_memory", lambda: 15 * GIB)
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
+    monkeypatch.setattr(env, "jax_sees_gpu", lambda: False)
+
+    with pytest.raises(RuntimeError, match="JAX runs on its 'cpu' backend"):
+        env.scale()
+
+
+def test_jax_sees_the_gpu_only_through_a_gpu_plugin(monkeypatch):
+    """This machine's JAX is imported and runs on its CPU; before import, the installed
+    plugins decide (none here)."""
+    assert env.jax_sees_gpu() is False
+    monkeypatch.delitem(sys.modules, "jax")
+    assert env.jax_sees_gpu() is False
+    assert env._JAX_GPU_PLUGINS.match("jax-cuda13-plugin")
+    assert env._JAX_GPU_PLUGINS.match("jax_cuda12_pjrt")
+    assert not env._JAX_GPU_PLUGINS.match("jax")
+
+
+@pytest.mark.parametrize(("scale", "expected"), [("small", 4), ("medium", 100)])
 def test_by_scale_picks_the_value_for_the_scale(monkeypatch, scale, expected):
     monkeypatch.setenv("DEEPDIVE_SCALE", scale)
+    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA L4")
+    monkeypatch.setattr(env, "gpu_memory", lambda: 24 * GIB)
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
+    monkeypatch.setattr(env, "jax_sees_gpu", lambda: True)
 
-    assert env.by_scale(small=4, full=1000) == expected
+    assert env.by_scale(small=4, medium=100, full=1000) == expected
+
+
+def test_require_same_device_raises_when_jax_is_on_the_cpu_beside_a_cuda_torch(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+
+    with pytest.raises(RuntimeError, match="PyTorch sees a CUDA GPU but JAX runs on its 'cpu'"):
+        env.require_same_device()
 
 
 def test_describe_reports_machine_versions_scale_and_threads(monkeypatch):

@@ -15,31 +15,97 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCALES = ("small", "full")
+SCALES = ("small", "medium", "full")
+# `full` runs the seeds' sizes: a data-centre GPU's memory (A100 40GB reports 39.6 GiB).
+FULL_MIN_GPU_BYTES = 39 * 2**30
 FRAMEWORK_DISTRIBUTIONS = (
     "torch", "jax", "jaxlib", "flax", "optax", "transformers", "numpy", "jupyter-book",
 )
 
 
 def scale() -> str:
-    """Return the build's size, ``"small"`` (CPU) or ``"full"`` (GPU, the seeds' sizes).
+    """Return the build's size: ``"small"`` (CPU), ``"medium"`` (one reader's GPU, the
+    default where PyTorch and JAX both see one) or ``"full"`` (the seeds' sizes, on request
+    on a GPU with 40 GB or more).
 
-    ``DEEPDIVE_SCALE`` overrides; otherwise ``full`` where a CUDA GPU is visible.
+    ``DEEPDIVE_SCALE`` asks for one; `choose_scale` decides and refuses what cannot run.
     See chapter 1, "How big is this build".
     """
-    chosen = os.environ.get("DEEPDIVE_SCALE", "").strip().lower()
-    if chosen:
-        if chosen not in SCALES:
-            raise ValueError(
-                f"DEEPDIVE_SCALE={chosen!r} is not a scale; accepted values: {', '.join(SCALES)}"
-            )
-        return chosen
-    return "full" if gpu_name() else "small"
+    gpu = gpu_name()
+    return choose_scale(os.environ.get("DEEPDIVE_SCALE"), gpu=gpu,
+                        gpu_memory=gpu_memory() if gpu else None,
+                        torch_gpu=bool(gpu) and torch_sees_gpu(),
+                        jax_gpu=bool(gpu) and jax_sees_gpu())
 
 
-def by_scale(small, full):
-    """Pick the value for this build's scale: ``by_scale(small=4, full=1000)``."""
-    return full if scale() == "full" else small
+def choose_scale(requested: str | None, *, gpu: str | None, gpu_memory: int | None,
+                 torch_gpu: bool, jax_gpu: bool) -> str:
+    """The scale for a build, given the request and what each framework sees.
+
+    `requested` is ``DEEPDIVE_SCALE`` (None or empty: choose); `gpu` is the GPU's name as
+    NVML reports it and `gpu_memory` its bytes; `torch_gpu` and `jax_gpu` say whether each
+    framework runs on it. Without a request: ``medium`` where both frameworks see the GPU,
+    ``small`` where neither does, and an error naming the fix where only one does (a
+    comparison would time a GPU against a CPU). ``medium`` and ``full`` need both on the
+    GPU; ``full`` also needs `FULL_MIN_GPU_BYTES`. Pure, so every case is unit-tested.
+    """
+    chosen = (requested or "").strip().lower()
+    if chosen and chosen not in SCALES:
+        raise ValueError(f"DEEPDIVE_SCALE={chosen!r} is not a scale; accepted values: "
+                         f"{', '.join(SCALES)}")
+    if torch_gpu != jax_gpu and chosen != "small":
+        raise RuntimeError(device_mismatch("cuda" if torch_gpu else "cpu",
+                                           "gpu" if jax_gpu else "cpu"))
+    if not chosen:
+        return "medium" if torch_gpu and jax_gpu else "small"
+    if chosen != "small" and not (torch_gpu and jax_gpu):
+        seen = f"NVML sees {gpu!r} but neither framework does" if gpu else "there is none"
+        raise ValueError(f"DEEPDIVE_SCALE={chosen} needs a GPU that PyTorch and JAX both "
+                         f"see; {seen}. Use DEEPDIVE_SCALE=small on a CPU (README, 'On a GPU').")
+    if chosen == "full" and (gpu_memory or 0) < FULL_MIN_GPU_BYTES:
+        have = (f"{gpu} has {gpu_memory / 2**30:.1f} GiB" if gpu_memory
+                else f"{gpu}'s memory is unknown")
+        raise ValueError(f"DEEPDIVE_SCALE=full runs the seeds' sizes and needs a GPU with at "
+                         f"least {FULL_MIN_GPU_BYTES / 2**30:.0f} GiB; {have}. Use "
+                         "DEEPDIVE_SCALE=medium (any single GPU).")
+    return chosen
+
+
+def by_scale(*, small, medium, full):
+    """Pick the value for this build's scale: ``by_scale(small=4, medium=100, full=1000)``."""
+    return {"small": small, "medium": medium, "full": full}[scale()]
+
+
+def torch_sees_gpu() -> bool:
+    """Whether PyTorch has a CUDA device (imports torch, which JAX's settings do not mind)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# The distributions through which JAX reaches an NVIDIA or AMD GPU.
+_JAX_GPU_PLUGINS = re.compile(r"^jax[-_](cuda\d+|rocm\d*)[-_](plugin|pjrt)$")
+
+
+def jax_sees_gpu() -> bool:
+    """Whether JAX runs on a GPU: its backend once imported; before that, whether a GPU
+    plugin is installed (read from package metadata, so XLA's settings can still change)."""
+    if "jax" in sys.modules:
+        import jax
+
+        return jax.default_backend() in _JAX_GPU_BACKENDS
+    names = {dist.metadata["Name"] or "" for dist in importlib.metadata.distributions()}
+    return any(_JAX_GPU_PLUGINS.match(name.lower()) for name in names)
+
+
+def gpu_memory() -> int | None:
+    """Total memory of CUDA device 0 in bytes as NVML reports it, or None without one."""
+    handle = _nvml_handle()
+    if handle is None:
+        return None
+    import pynvml
+
+    return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
 
 
 def gpu_name() -> str | None:
