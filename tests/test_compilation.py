@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from deepdive.compilation import (
     Kernel,
@@ -18,6 +19,8 @@ from deepdive.compilation import (
     entry_kernels,
     fusions,
     jax_compile_stages,
+    keep_loss,
+    uses_cuda_graphs,
 )
 from deepdive.timing import compilations
 
@@ -154,3 +157,70 @@ def test_collectives_finds_what_xla_inserts_for_data_and_parameter_sharding():
 def test_collectives_rejects_text_that_is_not_hlo():
     with pytest.raises(ValueError, match="not an HLO module"):
         collectives("def f(x): return x")
+
+
+def replayed_steps(values):
+    """Losses as a CUDA-graph replay returns them: each step's value written in place into
+    the one static output buffer, which the next replay overwrites (a CPU stand-in)."""
+    static = torch.zeros((), requires_grad=False)
+    for value in values:
+        static.fill_(value)
+        yield static
+
+
+def test_kept_losses_survive_the_replays_that_overwrite_their_buffer():
+    values = [3.0, 2.5, 2.0]
+    aliased = [loss.detach() for loss in replayed_steps(values)]
+    assert torch.stack(aliased).tolist() == [2.0, 2.0, 2.0]  # the bug: every entry the last
+
+    kept = [keep_loss(loss) for loss in replayed_steps(values)]
+
+    assert torch.stack(kept).tolist() == values  # read once, at the end, as chapter 3 does
+    assert float(kept[0]) == 3.0
+
+
+def test_a_kept_loss_owns_its_memory_and_leaves_autograd():
+    x = torch.randn(8, 4)
+    model = torch.nn.Linear(4, 1)
+    loss = model(x).pow(2).mean()
+
+    kept = keep_loss(loss)
+
+    assert not kept.requires_grad and kept.grad_fn is None
+    assert kept.dtype == loss.dtype and kept.device == loss.device and kept.shape == loss.shape
+    assert kept.untyped_storage().data_ptr() != loss.untyped_storage().data_ptr()
+    before = float(kept)
+    loss.backward()  # the loss is still usable: keeping it took nothing from the step
+    with torch.no_grad():
+        loss.zero_()  # a later step writing where this loss was
+    assert float(kept) == before
+
+
+def test_keep_loss_rejects_what_is_not_a_tensor():
+    with pytest.raises(TypeError, match="needs the step's loss tensor"):
+        keep_loss(0.5)
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    (None, False),  # eager: not compiled
+    (dict(backend="aot_eager"), False),
+    (dict(backend="inductor"), False),
+    ({}, False),  # the default: Inductor, default mode
+    (dict(mode="default"), False),
+    (dict(mode="max-autotune-no-cudagraphs"), False),  # autotuning alone
+    (dict(mode="reduce-overhead"), True),
+    (dict(mode="max-autotune"), True),  # autotuning and CUDA graphs together
+    (dict(backend="cudagraphs"), True),
+    (dict(backend="inductor", mode="max-autotune"), True),
+    (dict(options={"triton.cudagraphs": True}), True),
+    (dict(options={"max_autotune": True}), False),
+])
+def test_uses_cuda_graphs_follows_pytorchs_table_of_modes(options, expected):
+    assert uses_cuda_graphs(options) is expected
+
+
+def test_uses_cuda_graphs_rejects_what_torch_compile_would():
+    with pytest.raises(RuntimeError, match="Unrecognized mode"):
+        uses_cuda_graphs(dict(mode="max-autotune-cudagraphs"))
+    with pytest.raises(TypeError, match="keyword arguments as a dict"):
+        uses_cuda_graphs("reduce-overhead")

@@ -87,20 +87,157 @@ def test_the_collectives_of_one_step_are_counted(runs):
     assert fsdp2["all-gather"] >= 3  # before each layer's forward, again before backward
 
 
-@pytest.mark.parametrize(("counts", "expected"), [
-    # torchrun --nnodes=2 --nproc-per-node=8 on 8-GPU nodes: NCCL, device = LOCAL_RANK
-    (dict(world=16, rank=11, local_rank=3, local_world=8, cuda_available=True, cuda_count=8),
-     ("nccl", 3)),
-    # spawned on one machine with enough GPUs: the rank is the local rank
-    (dict(world=4, rank=2, cuda_available=True, cuda_count=4), ("nccl", 2)),
-    # fewer GPUs than this node's ranks, or no CUDA: gloo on the CPU
-    (dict(world=16, rank=3, local_rank=3, local_world=8, cuda_available=True, cuda_count=4),
+# torchrun --nnodes=2 --nproc-per-node=8 on 8-GPU nodes: world 16, 8 ranks and GPUs a node
+MULTI_NODE = dict(local_world=8, cuda_available=True, cuda_count=8)
+
+
+@pytest.mark.parametrize(("world", "counts", "expected"), [
+    # Each rank on its node's GPU LOCAL_RANK, not its global rank (rank 11 has no cuda:11).
+    (16, dict(rank=11, local_rank=3, **MULTI_NODE), ("nccl", 3)),
+    (16, dict(rank=8, local_rank=0, **MULTI_NODE), ("nccl", 0)),
+    (16, dict(rank=7, local_rank=7, **MULTI_NODE), ("nccl", 7)),
+    # One node of 8 GPUs, under torchrun or spawned: the rank is the local rank.
+    (8, dict(rank=5, local_rank=5, local_world=8, cuda_available=True, cuda_count=8),
+     ("nccl", 5)),
+    (8, dict(rank=5, cuda_available=True, cuda_count=8), ("nccl", 5)),
+    (2, dict(rank=1, cuda_available=True, cuda_count=8), ("nccl", 1)),  # spare GPUs idle
+    (2, dict(rank=1, cuda_available=True, cuda_count=2), ("nccl", 1)),
+    # One process: on the GPU wherever the distributed runs are, as their reference.
+    (1, dict(cuda_available=True, cuda_count=1), ("nccl", 0)),
+    (1, dict(cuda_available=True, cuda_count=8), ("nccl", 0)),
+    # gloo only without CUDA, whatever the world...
+    (1, dict(cuda_available=False, cuda_count=0), ("gloo", None)),
+    (2, dict(rank=1, cuda_available=False, cuda_count=0), ("gloo", None)),
+    (8, dict(rank=7, cuda_available=False, cuda_count=0), ("gloo", None)),
+    (16, dict(rank=11, local_rank=3, local_world=8, cuda_available=False, cuda_count=0),
      ("gloo", None)),
-    (dict(world=2, rank=1, cuda_available=False, cuda_count=0), ("gloo", None)),
+    (2, dict(rank=1, cuda_available=True, cuda_count=0), ("gloo", None)),  # no GPU visible
+    # ...or when the CPU is asked for, GPUs or not.
+    (16, dict(rank=11, local_rank=3, device="cpu", **MULTI_NODE), ("gloo", None)),
+    (4, dict(rank=3, device="cpu", cuda_available=True, cuda_count=1), ("gloo", None)),
+    (1, dict(device="cpu", cuda_available=True, cuda_count=8), ("gloo", None)),
+    (2, dict(rank=1, device="cuda", cuda_available=True, cuda_count=8), ("nccl", 1)),
 ])
-def test_placement_uses_the_node_local_ranks(counts, expected):
-    world = counts.pop("world")
-    assert td.placement(world, **counts) == expected
+def test_placement_uses_the_node_local_ranks(world, counts, expected):
+    place = td.placement(world, **counts)
+
+    assert place == expected
+    assert place.device == ("cpu" if expected[1] is None else f"cuda:{expected[1]}")
+
+
+@pytest.mark.parametrize(("world", "counts", "message"), [
+    # A node with fewer GPUs than ranks is refused, not silently moved to gloo on the CPU.
+    (16, dict(rank=3, local_rank=3, local_world=8, cuda_available=True, cuda_count=4),
+     r"8 ranks on this node need a GPU each for NCCL, but it has 4 .*at most 4 ranks per "
+     r"node \(torchrun --nproc-per-node=4.*device='cpu'"),
+    (2, dict(rank=0, cuda_available=True, cuda_count=1),
+     r"2 ranks on this node need a GPU each for NCCL, but it has 1 .*device='cpu'"),
+    (8, dict(rank=7, device="cuda", cuda_available=True, cuda_count=4),
+     "8 ranks on this node need a GPU each"),
+    (2, dict(device="cuda", cuda_available=False, cuda_count=0),
+     r"device='cuda' was asked for but CUDA is not available.*accepted: device='cpu'"),
+    (2, dict(device="tpu", cuda_available=False, cuda_count=0),
+     r"device must be one of \('cuda', 'cpu'\) or None"),
+    (16, dict(rank=16, cuda_available=False, cuda_count=0), r"rank must be .* in 0\.\.15"),
+    (16, dict(rank=11, local_rank=8, local_world=8, cuda_available=True, cuda_count=8),
+     r"local rank \(LOCAL_RANK\) must be an integer in 0\.\.7"),
+    (16, dict(local_world=17, cuda_available=True, cuda_count=8),
+     r"local world size .* must be an integer in 1\.\.16"),
+    (0, dict(cuda_available=False, cuda_count=0), "world size must be an integer >= 1"),
+])
+def test_placement_refuses_what_cannot_run_and_says_what_is_accepted(world, counts, message):
+    with pytest.raises(ValueError, match=message):
+        td.placement(world, **counts)
+
+
+@pytest.mark.parametrize("device", [None, "cpu", "cuda"])
+@pytest.mark.parametrize(("cuda_available", "cuda_count"), [(False, 0), (True, 1), (True, 8)])
+def test_the_one_process_reference_runs_on_the_distributed_runs_device(
+        device, cuda_available, cuda_count):
+    counts = dict(cuda_available=cuda_available, cuda_count=cuda_count, device=device)
+    try:
+        distributed = td.placement(max(cuda_count, 2), **counts)
+    except ValueError:  # nothing runs there, so there is nothing to match
+        return
+    one = td.placement(1, **counts)
+
+    assert one.device.split(":")[0] == distributed.device.split(":")[0]
+
+
+def test_a_rank_binds_the_gpu_of_its_local_rank(monkeypatch):
+    """The process-side glue: torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE, torch's counts,
+    and `torch.cuda.set_device` on the local rank (a CPU machine, CUDA faked)."""
+    import torch
+
+    bound = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "set_device", bound.append)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+
+    place, device = td._bind(16, 11)
+
+    assert place == ("nccl", 3) and device == torch.device("cuda", 3) and bound == [3]
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    bound.clear()
+    assert td._bind(1, 0)[1] == torch.device("cuda", 0) and bound == [0]  # the reference
+    assert td._bind(2, 1, "cpu")[1] == torch.device("cpu") and bound == [0]
+
+
+def test_a_label_names_the_cpu_for_work_placed_on_it_even_beside_a_gpu():
+    cpu, gpu = td.Placement("gloo", None), td.Placement("nccl", 2)
+
+    assert td.device_label(cpu, gpu_name="NVIDIA H100", cpu_label="EPYC (8 cores)") == \
+        "EPYC (8 cores)"
+    assert td.device_label(gpu, gpu_name="NVIDIA H100", cpu_label="EPYC (8 cores)") == \
+        "NVIDIA H100"
+    with pytest.raises(ValueError, match="needs the GPU's name"):
+        td.device_label(gpu, gpu_name=None, cpu_label="EPYC (8 cores)")
+
+
+@pytest.mark.skipif(td._cuda_counts()["cuda_available"], reason="needs a machine without CUDA")
+def test_asking_for_cuda_without_it_is_refused_before_any_process_starts(tmp_path):
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        td.spawn("ddp", 2, str(tmp_path), device="cuda")
+    with pytest.raises(ValueError, match="device must be one of"):
+        td.spawn("ddp", 2, str(tmp_path), device="gpu")
+
+
+@pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])
+def test_every_record_says_where_and_in_what_precision_its_rank_ran(runs, strategy):
+    from deepdive.env import cpu_label, is_cpu_label
+
+    on_cpu = not td._cuda_counts()["cuda_available"]
+    for record in runs[strategy]:
+        assert record["local_rank"] == record["rank"]  # spawned: one node
+        if on_cpu:
+            assert record["device"] == "cpu"
+            assert record["device_label"] == cpu_label() and is_cpu_label(record["device_label"])
+            assert record["backend"] == ("none" if strategy == "single" else "gloo")
+        # Strict fp32 in the worker itself: a spawned process starts from torch's defaults,
+        # where cuDNN may use TF32.
+        assert record["precision"] == {"float32_matmul_precision": "highest",
+                                       "cuda.matmul.allow_tf32": False,
+                                       "cudnn.allow_tf32": False}
+
+
+def test_strict_fp32_turns_tf32_off_everywhere_and_reads_it_back():
+    import torch
+
+    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    try:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+        assert td.fp32_settings()["cudnn.allow_tf32"] is True
+
+        assert td.strict_fp32() == {"float32_matmul_precision": "highest",
+                                    "cuda.matmul.allow_tf32": False,
+                                    "cudnn.allow_tf32": False}
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
 
 
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])

@@ -1,6 +1,8 @@
 """What a compiler did and what it cost: JAX's stages timed apart, kernels counted in HLO.
 
 Chapter 2 (jit and XLA) introduces these; chapter 1 counts kernels with `entry_kernels`.
+Chapter 3's training loop keeps its losses with `keep_loss` and marks CUDA-graph steps
+where `uses_cuda_graphs` says a compiled variant replays them.
 """
 
 from __future__ import annotations
@@ -183,3 +185,48 @@ def collectives(hlo_text: str) -> dict[str, int]:
     for match in _COLLECTIVE.finditer(hlo_text):
         counts[match.group(1)] += 1
     return counts
+
+
+def keep_loss(loss):
+    """A loss to keep past the next training step: detached from autograd and copied.
+
+    Under CUDA graphs (``mode="reduce-overhead"``, ``mode="max-autotune"``,
+    ``backend="cudagraphs"``) a compiled step's outputs live in memory the next replay
+    writes over: ``loss.detach()`` shares that memory, so a list of them would read the
+    last loss everywhere, or fail on `torch.stack` once the graph trees free the buffer.
+    The copy (``clone``) owns its memory; it stays on the loss's device and does not wait
+    for it, so keeping a loss costs no synchronization. Chapter 3 appends every step's.
+    """
+    import torch
+
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(f"keep_loss needs the step's loss tensor, got a {type(loss).__name__}")
+    return loss.detach().clone()
+
+
+def uses_cuda_graphs(options: dict | None) -> bool:
+    """Whether ``torch.compile(fn, **options)`` replays CUDA graphs on a GPU (`None`: not
+    compiled), so a training loop must call ``torch.compiler.cudagraph_mark_step_begin()``
+    before each step and keep its outputs with `keep_loss`.
+
+    ``backend="cudagraphs"`` does; so does Inductor (the default backend) when its mode
+    turns on ``triton.cudagraphs``, read from PyTorch's own table of modes
+    (`torch._inductor.list_mode_options`): ``"reduce-overhead"`` and ``"max-autotune"``,
+    not ``"max-autotune-no-cudagraphs"``; and when ``options={"triton.cudagraphs": True}``.
+    PyTorch's global ``torch._inductor.config.triton.cudagraphs`` is not read.
+    """
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise TypeError(f"options must be torch.compile's keyword arguments as a dict, or "
+                        f"None, got a {type(options).__name__}")
+    backend = options.get("backend", "inductor")
+    if backend == "cudagraphs":
+        return True
+    if backend != "inductor":
+        return False
+    from torch._inductor import list_mode_options
+
+    settings = {**list_mode_options(options.get("mode") or "default"),
+                **(options.get("options") or {})}
+    return bool(settings.get("triton.cudagraphs", False))

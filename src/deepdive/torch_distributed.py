@@ -4,6 +4,11 @@ The same `train` runs in processes spawned from a notebook (`spawn`) and under t
 
     torchrun --nnodes=2 --nproc-per-node=8 -m deepdive.torch_distributed --strategy fsdp2
 
+Where each rank runs is decided by `placement`, a pure function of the counts (unit-tested
+for that command): NCCL on the GPU of the rank's LOCAL_RANK when CUDA is there, gloo on the
+CPU only without CUDA or when asked for (`device="cpu"`), and a clear error when a node has
+fewer GPUs than ranks. The one-process reference runs on the same kind of device.
+
 Each rank trains a small MLP on its slice of one global batch per step and writes what it
 saw (the losses and full parameters after the first `check_steps` steps, the memory it
 holds after them, its local shard shapes, its step times) to `out_dir`, so the caller can
@@ -20,12 +25,14 @@ import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 STRATEGIES = ("single", "ddp", "fsdp2")
 SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
 CHECK_STEPS = 6  # steps compared against one process: momentum shows from the second on
+DEVICES = ("cuda", "cpu")  # what `device=` accepts; None: CUDA wherever it is available
 
 
 def make_model(width: int, depth: int, n_in: int = 64, n_out: int = 10, seed: int = 0):
@@ -53,24 +60,30 @@ def global_batch(batch_size: int, step: int, n_in: int = 64, n_out: int = 10):
 
 def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 256,
           depth: int = 3, batch_size: int = 64, steps: int = 20,
-          check_steps: int = CHECK_STEPS, sgd: dict | None = None) -> None:
+          check_steps: int = CHECK_STEPS, sgd: dict | None = None,
+          device: str | None = None) -> None:
     """One rank's run: wrap the model per `strategy`, train `check_steps` steps and record
     the parameters, then time `steps` more (one sample each), and write the record.
-    `sgd` overrides the optimizer's options (the tests drop the momentum on one side)."""
+    `sgd` overrides the optimizer's options (the tests drop the momentum on one side).
+    `device` is "cuda", "cpu" or None (CUDA where available), as in `placement`; the
+    record says where the rank ran, and in what fp32 precision (strict, set here: this is
+    a fresh process, and the notebook's settings do not reach it)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
 
+    from deepdive.env import cpu_label
     from deepdive.sync import block
     from deepdive.timing import Timing
 
-    _check(strategy, world, batch_size)
+    _check(strategy, world, batch_size, device)
     if not isinstance(check_steps, int) or check_steps < 1:
         raise ValueError(f"check_steps must be an integer >= 1, got {check_steps!r}")
-    device = _device(rank, world)
+    place, device = _bind(world, rank, device)
     own_group = strategy != "single" and not dist.is_initialized()  # else the caller's
     if own_group:
-        dist.init_process_group(_backend(world), rank=rank, world_size=world)
+        dist.init_process_group(place.backend, rank=rank, world_size=world)
+    precision = strict_fp32()
     torch.set_num_threads(1)  # the ranks share this machine's cores
     if strategy == "fsdp2":  # this worker's own process; the warning is about in-place ops
         import warnings  # on the model's output, and the loss reads it out of place
@@ -118,10 +131,14 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
         dist.destroy_process_group()
     if rank == 0:
         np.savez(Path(out_dir) / f"{strategy}-params.npz", **params)
+    gpu = None if place.cuda_index is None else torch.cuda.get_device_name(place.cuda_index)
     record = {"strategy": strategy, "rank": rank, "world": world, "losses": losses,
               "check_steps": check_steps, "local_shapes": shapes,
               "collectives": counted,
-              "backend": "none" if strategy == "single" else _backend(world),
+              "backend": "none" if strategy == "single" else place.backend,
+              "device": place.device, "local_rank": _local_rank(rank),
+              "device_label": device_label(place, gpu_name=gpu, cpu_label=cpu_label()),
+              "precision": precision,
               "step_s_median": timing.median, "step_s_samples": timing.samples.tolist(),
               **memory}
     (Path(out_dir) / f"{strategy}-rank{rank}.json").write_text(json.dumps(record))
@@ -142,7 +159,11 @@ def spawn_each(strategies, world: int, out_dir: str, **options) -> dict[str, lis
     if not strategies:
         raise ValueError("no strategies to run")
     for strategy in strategies:
-        _check(strategy, world, options.get("batch_size", 64))
+        _check(strategy, world, options.get("batch_size", 64), options.get("device"))
+    # Every rank is on this machine: refuse a placement that cannot work (CUDA asked for
+    # and absent, fewer GPUs than ranks) before any process starts.
+    placement(world, **_cuda_counts(), local_rank=0, local_world=world,
+              device=options.get("device"))
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(_free_port())
     mp.spawn(_spawned, args=(strategies, world, out_dir, options), nprocs=world, join=True)
@@ -162,9 +183,13 @@ def read_records(strategy: str, out_dir: str) -> list[dict]:
 def _spawned(rank, strategies, world, out_dir, options):
     import torch.distributed as dist
 
+    # What torchrun would set: every spawned rank is on this one node.
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world))
     group = world > 1 or any(s != "single" for s in strategies)
-    if group:  # one process group for every strategy of this run
-        dist.init_process_group(_backend(world), rank=rank, world_size=world)
+    if group:  # one process group for every strategy of this run, on this rank's device
+        place, _ = _bind(world, rank, options.get("device"))
+        dist.init_process_group(place.backend, rank=rank, world_size=world)
     try:
         for strategy in strategies:
             train(strategy, rank, world, out_dir, **options)
@@ -265,48 +290,131 @@ def _all_ranks_mean(loss, strategy) -> float:
     return total.item() / dist.get_world_size()
 
 
+class Placement(NamedTuple):
+    """Where one rank runs: its process-group backend and its CUDA device index (None: the
+    CPU). Compares equal to the tuple ``(backend, cuda_index)``."""
+
+    backend: str
+    cuda_index: int | None
+
+    @property
+    def device(self) -> str:
+        """The torch device: "cuda:3", or "cpu"."""
+        return "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"
+
+
 def placement(world: int, *, cuda_available: bool, cuda_count: int,
               local_rank: int | None = None, local_world: int | None = None,
-              rank: int = 0) -> tuple[str, int | None]:
+              rank: int = 0, device: str | None = None) -> Placement:
     """The backend and CUDA device index (None: CPU) for one rank, from counts alone.
 
-    NCCL when CUDA is there and this node has a GPU for each of its ranks: the node's
-    ranks (torchrun's LOCAL_WORLD_SIZE), not the whole world, which spans nodes. The
-    device is the rank on this node (LOCAL_RANK), not the global rank. Without those
-    (spawned on one machine) the node's ranks are the world and the local rank the rank."""
+    `device="cuda"`, or None where CUDA is available: NCCL, and the device is the rank on
+    this node (torchrun's LOCAL_RANK), not the global rank; the node needs a GPU for each
+    of its ranks (LOCAL_WORLD_SIZE), not for the whole world, which spans nodes. A node
+    with fewer GPUs is an error, not a silent fall-back to the CPU. `device="cpu"`, or None
+    without CUDA: gloo on the CPU. Spawned on one machine (no LOCAL_* variables), the
+    node's ranks are the world and the local rank is the rank. One process (world 1) is
+    placed as any rank is, so the reference runs on the distributed runs' device."""
+    if device is not None and device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES} or None (CUDA where available), "
+                         f"got {device!r}")
+    if not isinstance(world, int) or world < 1:
+        raise ValueError(f"world size must be an integer >= 1, got {world!r}")
+    if not isinstance(rank, int) or not 0 <= rank < world:
+        raise ValueError(f"rank must be an integer in 0..{world - 1} (world size {world}), "
+                         f"got {rank!r}")
     local_world = world if local_world is None else local_world
     local_rank = rank if local_rank is None else local_rank
-    if cuda_available and cuda_count >= local_world:
-        return "nccl", (local_rank if world > 1 else 0)
-    return "gloo", None
+    if not isinstance(local_world, int) or not 1 <= local_world <= world:
+        raise ValueError(f"local world size (LOCAL_WORLD_SIZE, the ranks on this node) must "
+                         f"be an integer in 1..{world} (world size {world}), "
+                         f"got {local_world!r}")
+    if not isinstance(local_rank, int) or not 0 <= local_rank < local_world:
+        raise ValueError(f"local rank (LOCAL_RANK) must be an integer in 0..{local_world - 1}"
+                         f" ({local_world} ranks on this node), got {local_rank!r}")
+    if not isinstance(cuda_count, int) or cuda_count < 0:
+        raise ValueError(f"cuda_count must be an integer >= 0, got {cuda_count!r}")
+    has_cuda = bool(cuda_available) and cuda_count > 0
+    if device == "cpu" or (device is None and not has_cuda):
+        return Placement("gloo", None)
+    if not has_cuda:
+        raise ValueError("device='cuda' was asked for but CUDA is not available here "
+                         f"(torch.cuda.is_available() is {bool(cuda_available)}, "
+                         f"{cuda_count} GPUs); accepted: device='cpu' (gloo), or None "
+                         "(CUDA where available)")
+    if cuda_count < local_world:
+        raise ValueError(
+            f"{local_world} ranks on this node need a GPU each for NCCL, but it has "
+            f"{cuda_count} (torch.cuda.device_count()); accepted: at most {cuda_count} "
+            f"ranks per node (torchrun --nproc-per-node={cuda_count}, or a world size of at "
+            f"most {cuda_count} when spawned), or device='cpu' to run every rank on the CPU "
+            "with gloo")
+    return Placement("nccl", local_rank)
 
 
-def _placement(world: int, rank: int = 0) -> tuple[str, int | None]:
+def device_label(place: Placement, *, gpu_name: str | None, cpu_label: str) -> str:
+    """What a record names as the device its rank ran on: the GPU for a CUDA placement, the
+    CPU (`env.cpu_label()`) for a CPU one, even on a machine that has a GPU."""
+    if place.cuda_index is None:
+        return cpu_label
+    if not gpu_name:
+        raise ValueError(f"a rank placed on {place.device} needs the GPU's name, got "
+                         f"{gpu_name!r}")
+    return gpu_name
+
+
+def strict_fp32() -> dict[str, str | bool]:
+    """Set PyTorch's fp32 to strict (no TF32 in matmuls or cuDNN convolutions) in this
+    process, and return the settings read back, for the record. Harmless on a CPU."""
+    import torch
+
+    torch.set_float32_matmul_precision("highest")  # also cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False  # not touched by the matmul precision
+    return fp32_settings()
+
+
+def fp32_settings() -> dict[str, str | bool]:
+    """PyTorch's fp32 precision settings as they are now: strict means "highest" and no
+    TF32 anywhere."""
+    import torch
+
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32)}
+
+
+def _cuda_counts() -> dict:
+    import torch
+
+    available = torch.cuda.is_available()
+    return {"cuda_available": available,
+            "cuda_count": torch.cuda.device_count() if available else 0}
+
+
+def _local_rank(rank: int) -> int:
+    return int(os.environ["LOCAL_RANK"]) if "LOCAL_RANK" in os.environ else rank
+
+
+def _bind(world: int, rank: int, device: str | None = None):
+    """This process's `Placement`, from torch's CUDA counts and torchrun's LOCAL_RANK and
+    LOCAL_WORLD_SIZE, and its torch device, made the current CUDA device when it is one."""
     import torch
 
     env = os.environ
-    return placement(world, cuda_available=torch.cuda.is_available(),
-                     cuda_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-                     local_rank=int(env["LOCAL_RANK"]) if "LOCAL_RANK" in env else None,
-                     local_world=(int(env["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in env
-                                  else None), rank=rank)
+    place = placement(world, **_cuda_counts(), rank=rank, device=device,
+                      local_rank=int(env["LOCAL_RANK"]) if "LOCAL_RANK" in env else None,
+                      local_world=(int(env["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in env
+                                   else None))
+    if place.cuda_index is not None:
+        torch.cuda.set_device(place.cuda_index)
+    return place, torch.device(place.device)
 
 
-def _backend(world: int) -> str:
-    return _placement(world)[0]
-
-
-def _device(rank: int, world: int):
-    import torch
-
-    backend, index = _placement(world, rank)
-    if backend == "nccl" and world > 1:
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
-
-
-def _check(strategy: str, world: int, batch_size: int) -> None:
+def _check(strategy: str, world: int, batch_size: int, device: str | None = None) -> None:
+    if device is not None and device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES} or None (CUDA where available), "
+                         f"got {device!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not isinstance(world, int) or world < 1:
@@ -329,11 +437,13 @@ def main() -> None:
     parser.add_argument("--strategy", choices=STRATEGIES[1:], default="ddp")
     parser.add_argument("--out-dir", default="_build/distributed")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--device", choices=DEVICES, default=None,
+                        help="default: CUDA where available (NCCL), else the CPU (gloo)")
     args = parser.parse_args()
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     train(args.strategy, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.out_dir,
-          steps=args.steps)
+          steps=args.steps, device=args.device)
     print(f"rank {os.environ['RANK']} done in {time.perf_counter() - start:.1f} s")
 
 
