@@ -5,9 +5,11 @@ Each module has one job: `env` (provenance, scale, threads), `sync` (wait for de
 faster, slower, tie or inconclusive), `claims` (every verdict in claims.csv, glued back into
 the prose), `stability` (how steady timings are per thread count), `memory` (the right
 memory tool per question), `flops` (analytic and counted FLOPs, peaks, MFU, measured
-bandwidth), `compilation` (compile stages timed, kernels named in HLO), `plots` (house
-style) and `results` (tidy records for the pages). torch and jax are imported lazily, so a
-chapter that uses one framework never pays for the other.
+bandwidth), `compilation` (compile stages timed, kernels named in HLO), `plan` (a
+chapter's estimated time and memory, refused when it cannot fit), `plans` (every chapter's
+sizes at every scale), `plots` (house style) and `results` (tidy records for the pages).
+torch and jax are imported lazily, so a chapter that uses one framework never pays for the
+other.
 """
 
 __version__ = "0.1.0"

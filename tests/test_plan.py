@@ -1,0 +1,193 @@
+"""deepdive.plan and deepdive.plans: every chapter's plan at every scale, for the GPUs a
+reader has or rents, built and checked on a machine without any GPU."""
+
+import math
+from pathlib import Path
+
+import jax
+import pytest
+import torch
+import yaml
+
+from deepdive import flops, plan, plans
+from deepdive.gpt import GPT, GPTConfig
+
+GIB = 2**30
+# Memory as torch reports it (total_memory): Colab's T4, an L4, the A100s, an H100 SXM.
+GPUS = {
+    "T4": plan.gpu_target("Tesla T4", 15_828_320_256),
+    "L4": plan.gpu_target("NVIDIA L4", 23_612_293_120),
+    "A100 40GB": plan.gpu_target("NVIDIA A100-SXM4-40GB", 42_405_855_232),
+    "A100 80GB": plan.gpu_target("NVIDIA A100-SXM4-80GB", 85_100_000_000),
+    "H100": plan.gpu_target("NVIDIA H100 80GB HBM3", 85_520_809_984),
+}
+HOST = plan.cpu_target("a 16-core host", 16, 128 * GIB)
+BUILD_CPU = plan.cpu_target("the 2-core build machine", 1, 24 * GIB)  # one thread per framework
+FULL_GPUS = ("A100 80GB", "H100")
+
+
+@pytest.mark.parametrize("chapter", plans.CHAPTERS)
+@pytest.mark.parametrize("gpu", GPUS)
+def test_every_chapter_fits_every_gpu_at_medium(chapter, gpu):
+    built = plans.plan(chapter, "medium", GPUS[gpu], HOST)
+
+    print(built.summary())
+    assert built.check() is built
+    assert built.seconds() <= plan.BUDGET_S["medium"]
+    assert built.memory() <= plan.MEMORY_HEADROOM * GPUS[gpu].memory
+
+
+@pytest.mark.parametrize("chapter", plans.CHAPTERS)
+@pytest.mark.parametrize("gpu", FULL_GPUS)
+def test_every_chapter_fits_an_80gb_data_centre_gpu_at_full(chapter, gpu):
+    built = plans.plan(chapter, "full", GPUS[gpu], HOST)
+
+    print(built.summary())
+    assert built.check() is built
+    assert max(built.cell_seconds().values()) <= plan.CELL_HEADROOM * plan.CELL_TIMEOUT_S
+
+
+@pytest.mark.parametrize("chapter", plans.CHAPTERS)
+def test_every_chapter_fits_the_cpu_build_at_small(chapter):
+    built = plans.plan(chapter, "small", BUILD_CPU)
+
+    print(built.summary())
+    assert built.check().seconds() <= plan.BUDGET_S["small"]
+
+
+@pytest.mark.parametrize("gpu", ["T4", "L4"])
+def test_full_on_a_readers_gpu_is_refused_naming_medium(gpu):
+    """The seeds' ViT-B/16 at batch 32 alone needs more than a T4 or an L4 holds."""
+    with pytest.raises(plan.PlanDoesNotFit, match="DEEPDIVE_SCALE=medium"):
+        plans.plan("04_vit_training", "full", GPUS[gpu], HOST).check()
+
+
+def test_a_40gb_a100_runs_full_except_chapter_3s_gpt_2_benchmark():
+    """Twelve GPT-2 variants with their AdamW state, plus the CUDA-graph pools, need more
+    than a 40 GB A100; the plan says so before a cell runs, and names medium."""
+    a100 = GPUS["A100 40GB"]
+    for chapter in plans.CHAPTERS:
+        if chapter != "03_torch_compile":
+            plans.plan(chapter, "full", a100, HOST).check()
+    with pytest.raises(plan.PlanDoesNotFit, match=r"GPT-2 124M.*GiB.*DEEPDIVE_SCALE=medium"):
+        plans.plan("03_torch_compile", "full", a100, HOST).check()
+
+
+def test_an_oversized_plan_is_refused_with_the_smaller_scale_or_a_plain_no():
+    slow = plan.Work("slow", (plan.Call(flops=1e15),))
+    with pytest.raises(plan.PlanDoesNotFit, match="over the medium budget of 10 min.*"
+                                                  "DEEPDIVE_SCALE=small"):
+        plan.Plan("ch", "medium", GPUS["T4"], (slow,)).check()
+    with pytest.raises(plan.PlanDoesNotFit, match="cannot run on this device"):
+        plan.Plan("ch", "small", BUILD_CPU, (slow,)).check()
+    with pytest.raises(plan.PlanDoesNotFit, match="cell 'slow'.*cell timeout"):
+        plan.Plan("ch", "full", GPUS["T4"], (slow,)).check()
+
+
+def test_memory_counts_required_work_and_a_point_that_will_run_out_costs_its_compile_only():
+    t4 = GPUS["T4"]
+    fits = plan.Work("fits", (plan.Call(flops=1e9),), memory=GIB)
+    too_big = plan.Work("too big", (plan.Call(flops=1e12),), memory=100 * GIB, compile_s=5.0,
+                        may_oom=True)
+    built = plan.Plan("ch", "medium", t4, (fits, too_big))
+
+    assert built.memory() == GIB
+    assert too_big.runs_out(t4) and too_big.seconds(t4) == 5.0
+    assert built.table().loc["too big", "runs out"] == "expected"
+    with pytest.raises(plan.PlanDoesNotFit, match="'needed' needs 100.0 GiB"):
+        plan.Plan("ch", "medium", t4, (plan.Work("needed", (plan.Call(),),
+                                                 memory=100 * GIB),)).check()
+
+
+def test_a_call_is_bound_by_flops_bytes_or_dispatches_whichever_is_slowest():
+    t4 = GPUS["T4"]
+    share = plan.EFFICIENCY["cuda"]
+
+    assert plan.Call(flops=8.1e12).seconds(t4, HOST) == pytest.approx(1 / share)
+    assert plan.Call(traffic=320e9).seconds(t4, HOST) == pytest.approx(1 / share)
+    assert plan.Call(dispatches=1000).seconds(t4, HOST) == pytest.approx(1000 * plan.DISPATCH_S)
+    # a T4 has no bf16 tensor cores: bf16 work is planned at its fp32 rate
+    assert plan.Call(flops=8.1e12, dtype="bf16").seconds(t4, HOST) == pytest.approx(1 / share)
+    host_call = plan.Call(flops=HOST.peak("fp32"), host=True)
+    assert host_call.seconds(t4, HOST) == pytest.approx(1 / plan.EFFICIENCY["cpu"])
+
+
+def test_a_gpu_outside_the_tables_is_planned_with_measured_figures_never_a_crash():
+    measured = flops.Peak(90e12, "fp32", "measured on this machine: best fp32 torch.mm rate")
+    target = plan.gpu_target("NVIDIA RTX 6000 Ada Generation", 48 * GIB,
+                             measure_peak=lambda dtype: measured,
+                             measure_bandwidth=lambda: 900e9)
+
+    assert target.peak("fp32") == 90e12 and target.bandwidth == 900e9
+    assert "measured" in target.source
+    with pytest.raises(ValueError, match="no datasheet bandwidth.*known: T4"):
+        plan.gpu_target("NVIDIA RTX 6000 Ada Generation", 48 * GIB)
+
+
+def test_compile_seconds_grow_with_depth_and_refuse_unknown_compilers():
+    assert plan.compile_seconds("torch.compile", "cuda", 12) > \
+        plan.compile_seconds("torch.compile", "cuda", 2)
+    with pytest.raises(ValueError, match="accepted: jax.jit, aot_eager"):
+        plan.compile_seconds("tvm", "cuda")
+    with pytest.raises(ValueError, match="device must be one of cpu, cuda"):
+        plan.compile_seconds("jax.jit", "tpu")
+
+
+def test_the_plans_cell_timeout_is_the_books():
+    config = yaml.safe_load((Path(__file__).parents[1] / "_config.yml").read_text())
+
+    assert plan.CELL_TIMEOUT_S == config["execute"]["timeout"]
+
+
+def test_sizes_refuse_an_unknown_chapter_or_scale():
+    with pytest.raises(KeyError, match="known: 01_vmap"):
+        plans.sizes("07_tpu", "small")
+    with pytest.raises(ValueError, match="not one of small, medium, full"):
+        plans.sizes("01_vmap", "huge")
+
+
+@pytest.mark.parametrize("scale", ["small", "medium", "full"])
+def test_gpt_parameter_counts_match_the_model_built_on_the_meta_device(scale):
+    for w in plans.sizes("03_torch_compile", scale).workloads:
+        with torch.device("meta"):
+            model = GPT(GPTConfig(*w.config))
+        assert w.parameters == model.num_parameters(), w.name
+
+
+@pytest.mark.parametrize("scale", ["small", "medium", "full"])
+def test_vit_parameter_counts_match_the_model_built_on_the_meta_device(scale):
+    from transformers import ViTConfig, ViTForImageClassification
+
+    sizes = plans.sizes("04_vit_training", scale)
+    with torch.device("meta"):
+        model = ViTForImageClassification(ViTConfig(**sizes.config))
+    assert sizes.parameters == sum(p.numel() for p in model.parameters())
+    assert sizes.ref_batch in sizes.batch_sizes  # the seed's batch is swept at every scale
+
+
+def test_full_sizes_are_the_seeds():
+    vit = plans.sizes("04_vit_training", "full")
+    gpts = {w.key: w for w in plans.sizes("03_torch_compile", "full").workloads}
+
+    assert (vit.image_size, vit.patch_size, vit.hidden_size, vit.num_hidden_layers) == \
+        (224, 16, 768, 12)  # ViT-Base/16
+    assert round(gpts["vocab"].parameters / 1e6) == 124  # GPT-2 124M
+    assert gpts["char"].config == (6, 6, 384, 256, 65)  # nanoGPT's Shakespeare-char
+
+
+@pytest.mark.parametrize("scale", ["medium", "full"])
+def test_the_nnx_twin_at_every_gpu_scale_has_the_planned_parameters_without_allocating(scale):
+    """`nnx.eval_shape` builds the JAX ViT as abstract shapes: ViT-B/16 is checked without
+    allocating its 86M parameters."""
+    from flax import nnx
+    from transformers import ViTConfig
+
+    from deepdive import vit
+
+    sizes = plans.sizes("04_vit_training", scale)
+    abstract = nnx.eval_shape(lambda: vit.ViTForImageClassification(
+        ViTConfig(**sizes.config), rngs=nnx.Rngs(0)))
+    leaves = jax.tree.leaves(nnx.state(abstract, nnx.Param))
+
+    assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves)
+    assert sum(math.prod(leaf.shape) for leaf in leaves) == sizes.parameters
