@@ -15,6 +15,8 @@ import pytest
 import yaml
 from bs4 import BeautifulSoup
 
+from deepdive import plan, plans
+
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
@@ -277,3 +279,17 @@ def execution_seconds():
 
 def test_chapter_6_runs_within_a_minute():
     assert execution_seconds()["notebooks/06_choosing"] <= 60
+
+
+@pytest.mark.parametrize("chapter", plans.CHAPTERS)
+def test_a_chapters_plan_on_this_cpu_is_within_a_factor_of_two_of_its_run_time(chapter):
+    """The plan's estimate is a model; on the one device this build can run, it must land
+    near the page's real execution time (and the page within its small budget)."""
+    ran = execution_seconds().get(f"notebooks/{chapter}")
+    if ran is None:
+        pytest.skip(f"{chapter} came from the execution cache in this build")
+    estimated = plans.plan(chapter, "small", plan.host_target()).seconds()
+
+    print(f"{chapter}: planned {estimated:.0f} s, ran {ran:.0f} s")
+    assert ran <= plan.BUDGET_S["small"]
+    assert 0.5 <= estimated / ran <= 2.0
