@@ -79,12 +79,17 @@ def test_scale_defaults_to_small_without_a_gpu(monkeypatch):
     assert env.scale() == "small"
 
 
+def seen_by(monkeypatch, gpu, memory, *, torch_gpu, jax_gpu):
+    """Make env see `gpu` through NVML, and each framework see it or not."""
+    monkeypatch.setattr(env, "gpu_name", lambda: gpu)
+    monkeypatch.setattr(env, "gpu_memory", lambda: memory)
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: torch_gpu)
+    monkeypatch.setattr(env, "jax_sees_gpu", lambda: jax_gpu)
+
+
 def test_scale_defaults_to_medium_where_both_frameworks_see_the_gpu(monkeypatch):
     monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
-    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA L4")
-    monkeypatch.setattr(env, "gpu_memory", lambda: 24 * GIB)
-    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
-    monkeypatch.setattr(env, "jax_sees_gpu", lambda: True)
+    seen_by(monkeypatch, "NVIDIA L4", 24 * GIB, torch_gpu=True, jax_gpu=True)
 
     assert env.scale() == "medium"
     monkeypatch.setenv("DEEPDIVE_SCALE", "full")
@@ -94,10 +99,7 @@ def test_scale_defaults_to_medium_where_both_frameworks_see_the_gpu(monkeypatch)
 
 def test_scale_refuses_a_gpu_jax_does_not_see(monkeypatch):
     monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
-    monkeypatch.setattr(env, "gpu_name", lambda: "Tesla T4")
-    monkeypatch.setattr(env, "gpu_memory", lambda: 15 * GIB)
-    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
-    monkeypatch.setattr(env, "jax_sees_gpu", lambda: False)
+    seen_by(monkeypatch, "Tesla T4", 15 * GIB, torch_gpu=True, jax_gpu=False)
 
     with pytest.raises(RuntimeError, match="JAX runs on its 'cpu' backend"):
         env.scale()
@@ -117,10 +119,7 @@ def test_jax_sees_the_gpu_only_through_a_gpu_plugin(monkeypatch):
 @pytest.mark.parametrize(("scale", "expected"), [("small", 4), ("medium", 100)])
 def test_by_scale_picks_the_value_for_the_scale(monkeypatch, scale, expected):
     monkeypatch.setenv("DEEPDIVE_SCALE", scale)
-    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA L4")
-    monkeypatch.setattr(env, "gpu_memory", lambda: 24 * GIB)
-    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
-    monkeypatch.setattr(env, "jax_sees_gpu", lambda: True)
+    seen_by(monkeypatch, "NVIDIA L4", 24 * GIB, torch_gpu=True, jax_gpu=True)
 
     assert env.by_scale(small=4, medium=100, full=1000) == expected
 

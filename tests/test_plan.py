@@ -26,25 +26,21 @@ BUILD_CPU = plan.cpu_target("the 2-core build machine", 1, 24 * GIB)  # one thre
 FULL_GPUS = ("A100 80GB", "H100")
 
 
-@pytest.mark.parametrize("chapter", plans.CHAPTERS)
-@pytest.mark.parametrize("gpu", GPUS)
-def test_every_chapter_fits_every_gpu_at_medium(chapter, gpu):
-    built = plans.plan(chapter, "medium", GPUS[gpu], HOST)
-
-    print(built.summary())
-    assert built.check() is built
-    assert built.seconds() <= plan.BUDGET_S["medium"]
-    assert built.memory() <= plan.MEMORY_HEADROOM * GPUS[gpu].memory
+# Medium on every GPU a reader has or rents; full on an 80 GB data-centre GPU.
+FITS = [("medium", gpu) for gpu in GPUS] + [("full", gpu) for gpu in FULL_GPUS]
 
 
 @pytest.mark.parametrize("chapter", plans.CHAPTERS)
-@pytest.mark.parametrize("gpu", FULL_GPUS)
-def test_every_chapter_fits_an_80gb_data_centre_gpu_at_full(chapter, gpu):
-    built = plans.plan(chapter, "full", GPUS[gpu], HOST)
+@pytest.mark.parametrize(("scale", "gpu"), FITS)
+def test_every_chapters_plan_fits_its_budgets(chapter, scale, gpu):
+    built = plans.plan(chapter, scale, GPUS[gpu], HOST)
 
     print(built.summary())
     assert built.check() is built
+    budget = plan.BUDGET_S[scale]
+    assert budget is None or built.seconds() <= budget
     assert max(built.cell_seconds().values()) <= plan.CELL_HEADROOM * plan.CELL_TIMEOUT_S
+    assert built.memory() <= plan.MEMORY_HEADROOM * GPUS[gpu].memory
 
 
 @pytest.mark.parametrize("chapter", plans.CHAPTERS)
