@@ -10,6 +10,7 @@ from deepdive import evidence, guide, plans
 from deepdive.claims import COLUMNS as CLAIM_COLUMNS
 from deepdive.results import COLUMNS as RECORD_COLUMNS
 
+
 # What each scale's build looks like: its device label, and the sizes that name claims,
 # read from the chapters' own sizes (deepdive.plans); medium runs on one GPU, so its JAX
 # devices are simulated on the CPU and PyTorch's ranks run there too.
