@@ -116,6 +116,37 @@ def test_jax_sees_the_gpu_only_through_a_gpu_plugin(monkeypatch):
     assert not env._JAX_GPU_PLUGINS.match("jax")
 
 
+def test_before_import_jax_is_on_the_gpu_only_with_a_plugin_a_gpu_and_a_gpu_platform(
+        monkeypatch):
+    class Plugin:
+        metadata = {"Name": "jax-cuda13-plugin"}
+
+    monkeypatch.delitem(sys.modules, "jax")
+    monkeypatch.setattr(env.importlib.metadata, "distributions", lambda: [Plugin()])
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    assert env.jax_sees_gpu()
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert not env.jax_sees_gpu()
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")
+    assert env.jax_sees_gpu()
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: False)  # CUDA_VISIBLE_DEVICES=''
+    assert not env.jax_sees_gpu()
+
+
+def test_the_gpu_is_the_one_pytorch_runs_on_not_the_drivers(monkeypatch):
+    """A GPU hidden with CUDA_VISIBLE_DEVICES='' is not this build's device, whatever the
+    driver still lists: the label, the scale and the thread count say CPU."""
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: False)
+    monkeypatch.delenv("DEEPDIVE_SCALE", raising=False)
+    monkeypatch.delenv("DEEPDIVE_CPU_THREADS", raising=False)
+
+    assert env.gpu_name() is None and env.gpu_memory() is None
+    assert env.scale() == "small"
+    assert env.is_cpu_label(env.device_label())
+    assert env.compute_threads() == env.CPU_BUILD_THREADS
+
+
 @pytest.mark.parametrize(("scale", "expected"), [("small", 4), ("medium", 100)])
 def test_by_scale_picks_the_value_for_the_scale(monkeypatch, scale, expected):
     monkeypatch.setenv("DEEPDIVE_SCALE", scale)

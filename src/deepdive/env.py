@@ -26,25 +26,24 @@ FRAMEWORK_DISTRIBUTIONS = (
 def scale() -> str:
     """Return the build's size: ``"small"`` (CPU), ``"medium"`` (one reader's GPU, the
     default where PyTorch and JAX both see one) or ``"full"`` (the seeds' sizes, on request
-    on a GPU with 40 GB or more).
+    on a GPU with 40 GB or more; each chapter's plan says whether it fits).
 
     ``DEEPDIVE_SCALE`` asks for one; `choose_scale` decides and refuses what cannot run.
     See chapter 1, "How big is this build".
     """
     gpu = gpu_name()
     return choose_scale(os.environ.get("DEEPDIVE_SCALE"), gpu=gpu,
-                        gpu_memory=gpu_memory() if gpu else None,
-                        torch_gpu=bool(gpu) and torch_sees_gpu(),
-                        jax_gpu=bool(gpu) and jax_sees_gpu())
+                        gpu_memory=gpu_memory() if gpu else None, torch_gpu=gpu is not None,
+                        jax_gpu=jax_sees_gpu())
 
 
 def choose_scale(requested: str | None, *, gpu: str | None, gpu_memory: int | None,
                  torch_gpu: bool, jax_gpu: bool) -> str:
     """The scale for a build, given the request and what each framework sees.
 
-    `requested` is ``DEEPDIVE_SCALE`` (None or empty: choose); `gpu` is the GPU's name as
-    NVML reports it and `gpu_memory` its bytes; `torch_gpu` and `jax_gpu` say whether each
-    framework runs on it. Without a request: ``medium`` where both frameworks see the GPU,
+    `requested` is ``DEEPDIVE_SCALE`` (None or empty: choose); `gpu` is the GPU's name and
+    `gpu_memory` its bytes; `torch_gpu` and `jax_gpu` say whether each framework runs on
+    it. Without a request: ``medium`` where both frameworks see the GPU,
     ``small`` where neither does, and an error naming the fix where only one does (a
     comparison would time a GPU against a CPU). ``medium`` and ``full`` need both on the
     GPU; ``full`` also needs `FULL_MIN_GPU_BYTES`. Pure, so every case is unit-tested.
@@ -59,7 +58,7 @@ def choose_scale(requested: str | None, *, gpu: str | None, gpu_memory: int | No
     if not chosen:
         return "medium" if torch_gpu and jax_gpu else "small"
     if chosen != "small" and not (torch_gpu and jax_gpu):
-        seen = f"NVML sees {gpu!r} but neither framework does" if gpu else "there is none"
+        seen = f"{gpu!r} is there but neither framework uses it" if gpu else "there is none"
         raise ValueError(f"DEEPDIVE_SCALE={chosen} needs a GPU that PyTorch and JAX both "
                          f"see; {seen}. Use DEEPDIVE_SCALE=small on a CPU (README, 'On a GPU').")
     if chosen == "full" and (gpu_memory or 0) < FULL_MIN_GPU_BYTES:
@@ -77,7 +76,8 @@ def by_scale(*, small, medium, full):
 
 
 def torch_sees_gpu() -> bool:
-    """Whether PyTorch has a CUDA device (imports torch, which JAX's settings do not mind)."""
+    """Whether PyTorch has a CUDA (or ROCm) device: what it sees honours
+    CUDA_VISIBLE_DEVICES. Imports torch, which JAX's settings do not mind."""
     import torch
 
     return torch.cuda.is_available()
@@ -88,34 +88,38 @@ _JAX_GPU_PLUGINS = re.compile(r"^jax[-_](cuda\d+|rocm\d*)[-_](plugin|pjrt)$")
 
 
 def jax_sees_gpu() -> bool:
-    """Whether JAX runs on a GPU: its backend once imported; before that, whether a GPU
-    plugin is installed (read from package metadata, so XLA's settings can still change)."""
+    """Whether JAX runs on a GPU: its backend once imported. Before that (so that XLA's
+    settings can still change), whether it would: a GPU plugin is installed, JAX_PLATFORMS
+    allows a GPU, and PyTorch sees a GPU under the same CUDA_VISIBLE_DEVICES."""
     if "jax" in sys.modules:
         import jax
 
         return jax.default_backend() in _JAX_GPU_BACKENDS
-    names = {dist.metadata["Name"] or "" for dist in importlib.metadata.distributions()}
-    return any(_JAX_GPU_PLUGINS.match(name.lower()) for name in names)
-
-
-def gpu_memory() -> int | None:
-    """Total memory of CUDA device 0 in bytes as NVML reports it, or None without one."""
-    handle = _nvml_handle()
-    if handle is None:
-        return None
-    import pynvml
-
-    return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    platforms = os.environ.get("JAX_PLATFORMS", "").lower()
+    if platforms and not {"cuda", "gpu", "rocm"} & set(platforms.replace(" ", "").split(",")):
+        return False
+    names = {(dist.metadata["Name"] or "").lower() for dist in importlib.metadata.distributions()}
+    return any(_JAX_GPU_PLUGINS.match(name) for name in names) and torch_sees_gpu()
 
 
 def gpu_name() -> str | None:
-    """Name of CUDA device 0 as NVML reports it, or ``None`` when there is no NVIDIA GPU."""
-    handle = _nvml_handle()
-    if handle is None:
+    """Name of the GPU this build runs on: PyTorch's CUDA device 0, which honours
+    CUDA_VISIBLE_DEVICES (and is AMD's GPU under ROCm); None where PyTorch sees none, even
+    if the driver has one (a build told to ignore it runs on the CPU)."""
+    if not torch_sees_gpu():
         return None
-    import pynvml
+    import torch
 
-    return pynvml.nvmlDeviceGetName(handle)
+    return torch.cuda.get_device_name(0)
+
+
+def gpu_memory() -> int | None:
+    """Total memory in bytes of the GPU `gpu_name` names, or None without one."""
+    if not torch_sees_gpu():
+        return None
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).total_memory)
 
 
 def _nvml_handle():
