@@ -187,3 +187,34 @@ def test_the_nnx_twin_at_every_gpu_scale_has_the_planned_parameters_without_allo
 
     assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves)
     assert sum(math.prod(leaf.shape) for leaf in leaves) == sizes.parameters
+
+
+def test_where_inductor_refuses_bf16_the_chapters_plan_and_run_without_its_bf16_rows():
+    """A T4 (compute capability 7.5) has no native bf16: Inductor raises SkipFrame there,
+    so chapter 3's bf16 runs drop Inductor's two backends and chapter 4's bf16 rows drop
+    torch.compile (its TF32 row stays); an L4 keeps them all, and so does a CPU."""
+    t4, l4 = GPUS["T4"], GPUS["L4"]
+
+    assert not t4.inductor_bf16 and l4.inductor_bf16 and BUILD_CPU.inductor_bf16
+    assert plans.gpt_backends(t4)["bf16"] == ("eager", "aot_eager", "cudagraphs",
+                                              "eager A/A copy")
+    assert len(plans.gpt_backends(l4)["bf16"]) == len(plans.gpt_backends(l4)["fp32"]) == 6
+    assert len(plans.gpt_backends(BUILD_CPU)["bf16"]) == 4  # no CUDA graphs on a CPU
+    t4_rows = plans.vit_modes(t4, 32, 32)
+    assert ("torch.compile, SDPA", "bf16") not in t4_rows
+    assert ("torch.compile, SDPA", "tf32") in t4_rows
+    assert ("torch.compile, SDPA", "bf16") in plans.vit_modes(l4, 32, 32)
+    assert len(plans.vit_modes(BUILD_CPU, 32, 32)) == 10 and len(plans.vit_modes(l4, 32, 32)) == 16
+    assert plan.gpu_target("Some GPU", 8 * GIB, measure_peak=lambda d: flops.Peak(1e12, d, "m"),
+                           measure_bandwidth=lambda: 1e11, bf16_native=False).inductor_bf16 is False
+
+
+def test_the_summary_states_every_assumption_and_what_was_measured():
+    gpu = plans.plan("04_vit_training", "medium", GPUS["L4"], HOST).summary()
+    cpu = plans.plan("04_vit_training", "small", BUILD_CPU).summary()
+
+    for text in (gpu, cpu):
+        for figure in ("of peak FLOP/s", "µs per dispatch", "15 timed blocks", "jax.jit",
+                       "torch.compile", "per fresh process", "the rest of the page"):
+            assert figure in text, figure
+    assert "assumed, not measured" in gpu and "first-call times in this book's" in cpu

@@ -40,6 +40,9 @@ COMPILE_S = {
     "cuda": {"jax.jit": (1.0, 1.0), "aot_eager": (1.0, 0.5), "torch.compile": (3.0, 4.0),
              "max-autotune": (40.0, 15.0)},
 }
+# Seconds to start a fresh Python process that imports the frameworks (and, on a GPU,
+# initialises CUDA): chapters start some to measure what a process alone can show.
+PROCESS_START_S = {"cpu": 3.0, "cuda": 10.0}
 # What a scale's chapter may take in all (DESIGN.md, Scale); `full` is bounded per cell.
 BUDGET_S = {"small": 180.0, "medium": 600.0, "full": None}
 CELL_TIMEOUT_S = 3600.0  # _config.yml execute.timeout (a test keeps them equal)
@@ -71,16 +74,21 @@ class Target:
     bandwidth: float  # bytes per second
     peaks: dict = field(repr=False)  # dtype -> FLOP/s; a missing dtype runs at fp32's rate
     source: str = ""
+    # Whether Inductor compiles bf16 here: on a CPU always (emulated where the CPU has no
+    # bf16); on a GPU only with native bf16 (compute capability 8.0 on), else it refuses.
+    inductor_bf16: bool = True
 
     def peak(self, dtype: str) -> float:
         return self.peaks.get(dtype) or self.peaks["fp32"]
 
 
-def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=None) -> Target:
+def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=None,
+               bf16_native: bool | None = None) -> Target:
     """A GPU by its driver name and memory: datasheet peaks and bandwidth where the table has
     them, else the measurements passed in (`measure_peak(dtype)` -> flops.Peak,
     `measure_bandwidth()` -> bytes/s), labelled as measured. Never raises for a name it
-    does not know unless nothing was passed to measure with."""
+    does not know unless nothing was passed to measure with. `bf16_native` (compute
+    capability 8.0 on) defaults to whether the datasheet lists bf16 tensor cores."""
     peaks, sources = {}, []
     for dtype in flops.DTYPES:
         try:
@@ -100,16 +108,18 @@ def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=No
                          f"known: {', '.join(_BANDWIDTH_GBS)}")
     if "fp32" not in peaks:
         raise ValueError(f"no fp32 peak for {name!r}: pass measure_peak")
+    native = "bf16" in peaks if bf16_native is None else bool(bf16_native)
     return Target(name, "cuda", memory, bandwidth, peaks,
-                  "; ".join(sources) or "datasheet peaks and bandwidth")
+                  "; ".join(sources) or "datasheet peaks and bandwidth", inductor_bf16=native)
 
 
 def cpu_target(name: str, threads: int, memory: float) -> Target:
     """A CPU build: `threads` compute threads at the assumed per-thread rates."""
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    return Target(name, "cpu", memory, CPU_BANDWIDTH_PER_THREAD * threads,
-                  {"fp32": CPU_FLOPS_PER_THREAD * threads},
+    noun = "thread" if threads == 1 else "threads"
+    return Target(f"{name}, {threads} {noun}", "cpu", memory,
+                  CPU_BANDWIDTH_PER_THREAD * threads, {"fp32": CPU_FLOPS_PER_THREAD * threads},
                   f"assumed {CPU_FLOPS_PER_THREAD / 1e9:.0f} GFLOP/s and "
                   f"{CPU_BANDWIDTH_PER_THREAD / 1e9:.0f} GB/s per thread")
 
@@ -256,34 +266,49 @@ class Plan:
         return self
 
     def table(self):
-        """One row per work item: configurations, per-call time, compiles, estimate, memory."""
+        """One row per work item: variants, the slowest call, compiling and start-up
+        seconds, the estimate and the memory, to three significant figures."""
         import pandas as pd
 
+        def sig(x):
+            return float(f"{x:.3g}")
+
         rows = [{"work": w.name, "variants": len(w.calls),
-                 "GFLOP per call (most)": max(c.flops for c in w.calls) / 1e9,
-                 "ms per call (slowest)": w.call_s(self.target, self.host) * 1e3,
-                 "compiling s": w.compile_s, "estimated s": w.seconds(self.target, self.host),
-                 "memory GiB": w.memory / 2**30,
+                 "GFLOP per call (most)": sig(max(c.flops for c in w.calls) / 1e9),
+                 "ms per call (slowest)": sig(w.call_s(self.target, self.host) * 1e3),
+                 "compiling s": sig(w.compile_s), "start-up s": sig(w.fixed_s),
+                 "estimated s": sig(w.seconds(self.target, self.host)),
+                 "memory GiB": sig(w.memory / 2**30),
                  "runs out": ("expected" if w.runs_out(self.target) else
                               "may" if w.may_oom else "no")}
                 for w in self.works]
-        rows.append({"work": "rest of the page (assumed)", "variants": 0,
-                     "GFLOP per call (most)": 0.0, "ms per call (slowest)": 0.0,
-                     "compiling s": 0.0, "estimated s": self.other_s, "memory GiB": 0.0,
-                     "runs out": "no"})
+        rows.append({"work": "rest of the page (assumed)", "variants": "",
+                     "GFLOP per call (most)": "", "ms per call (slowest)": "",
+                     "compiling s": "", "start-up s": "", "estimated s": sig(self.other_s),
+                     "memory GiB": "", "runs out": ""})
         return pd.DataFrame(rows).set_index("work")
 
     def summary(self) -> str:
+        """The estimate, the limits it was checked against, and every assumption in it."""
         budget = BUDGET_S[self.scale]
         limit = (f"budget {budget / 60:.0f} min" if budget is not None else
                  f"each cell within {CELL_HEADROOM:.0%} of {CELL_TIMEOUT_S / 60:.0f} min")
-        return (f"{self.chapter}, scale {self.scale}, on {self.target.name} "
-                f"({self.target.memory / 2**30:.1f} GiB): estimated "
-                f"{self.seconds() / 60:.1f} min ({limit}), {self.memory() / 2**30:.2f} GiB at "
-                f"most (usable {MEMORY_HEADROOM:.0%}). Assumed: "
-                f"{EFFICIENCY[self.target.kind]:.0%} of peak FLOP/s and bandwidth "
-                f"({self.target.source}), {DISPATCH_S * 1e6:.0f} µs per dispatch, compile "
-                "times per compiler and layer (deepdive.plan).")
+        kind = self.target.kind
+        compiles = ", ".join(f"{k} {base:g} s + {layer:g} s per layer"
+                             for k, (base, layer) in COMPILE_S[kind].items())
+        compile_basis = ("rounded from first-call times in this book's 2-core CPU build"
+                         if kind == "cpu" else "assumed, not measured")
+        return (f"{self.chapter} at scale {self.scale} on {self.target.name}, "
+                f"{self.target.memory / 2**30:.1f} GiB: estimated "
+                f"{self.seconds() / 60:.1f} min ({limit}), at most "
+                f"{self.memory() / 2**30:.2f} GiB ({MEMORY_HEADROOM:.0%} usable). "
+                f"Assumed: {EFFICIENCY[kind]:.0%} of peak FLOP/s and bandwidth "
+                f"({self.target.source}); {DISPATCH_S * 1e6:.0f} µs per dispatch; "
+                f"{BLOCKS} timed blocks per variant (the extra rounds a noisy variant gets are "
+                f"not counted); compiling ({compile_basis}): {compiles}; "
+                f"{PROCESS_START_S[kind]:g} s per fresh process; the rest of the page "
+                f"{self.other_s:g} s (on a CPU, fitted to this book's build; on a GPU, "
+                "assumed).")
 
 
 def this_target(kind: str) -> Target:
@@ -298,13 +323,15 @@ def this_target(kind: str) -> Target:
     props = torch.cuda.get_device_properties(0)
     return gpu_target(props.name, props.total_memory, measure_peak=flops._measure_on_cuda,
                       measure_bandwidth=lambda: flops.measured_copy_bandwidth(
-                          2**28, device="cuda")[0])
+                          2**28, device="cuda")[0],
+                      bf16_native=(props.major, props.minor) >= (8, 0))
 
 
-def host_target() -> Target:
-    """This machine's CPU with the build's compute threads (env.compute_threads)."""
+def host_target(threads: int | None = None) -> Target:
+    """This machine's CPU with `threads` compute threads (default: env.compute_threads)."""
     import psutil
 
     from deepdive import env
 
-    return cpu_target(env.cpu_label(), env.compute_threads(), psutil.virtual_memory().total)
+    return cpu_target(env.cpu_model(), threads or env.compute_threads(),
+                      psutil.virtual_memory().total)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from deepdive import env
-from deepdive.plan import Call, Plan, Target, Work, alike, compile_seconds
+from deepdive.plan import PROCESS_START_S, Call, Plan, Target, Work, alike, compile_seconds
 
 F32 = 4  # bytes
 
@@ -122,6 +122,7 @@ class DistributedSizes:
     width: int
     batch: int
     worlds: tuple
+    jax_counts: tuple = (2, 4, 8)  # JAX's device counts (eight simulated on one CPU)
     depth: int = 3
     n_in: int = 64
     n_out: int = 10
@@ -150,11 +151,11 @@ SIZES = {
         "full": CompileSizes((GPTWorkload("char", "shakespeare-char 10.65M", 6, 6, 384, 256,
                                           65, 64),
                               GPTWorkload("vocab", "GPT-2 124M", 12, 12, 768, 1024, 50304,
-                                          8))),
+                                          12))),
     },
     "04_vit_training": {
         "small": ViTSizes(32, 4, 64, 2, 4, 256, 10, (8, 32), 15),
-        "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (16, 32), 20),
+        "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (16, 32), 15),
         "full": ViTSizes(224, 16, 768, 12, 12, 3072, 1000, (32, 64, 128, 256), 30),
     },
     "05_distributed": {
@@ -168,8 +169,8 @@ SIZES = {
 # A/A timings, profiles, figures): on the 2-core CPU build, each page's execution time at
 # commit 4a9d9a9 less what its works estimate; on a GPU, the same cells at larger sizes.
 OTHER_S = {
-    "01_vmap": {"small": 60.0, "medium": 90.0, "full": 120.0},
-    "02_jit_xla": {"small": 60.0, "medium": 120.0, "full": 240.0},
+    "01_vmap": {"small": 50.0, "medium": 90.0, "full": 120.0},
+    "02_jit_xla": {"small": 30.0, "medium": 90.0, "full": 180.0},
     "03_torch_compile": {"small": 45.0, "medium": 150.0, "full": 300.0},
     "04_vit_training": {"small": 60.0, "medium": 90.0, "full": 180.0},
     "05_distributed": {"small": 20.0, "medium": 60.0, "full": 90.0},
@@ -229,32 +230,42 @@ def _vmap_works(s: VmapSizes, target: Target) -> list[Work]:
     works.append(Work(f"unsynced timing, runs of {', '.join(map(str, s.run_lengths))}",
                       alike(2, Call(b * attention[0], b * attention[1], 6)),
                       min_calls=4 * sum(s.run_lengths), timed=False))
+    works.append(Work("peak RSS, one fresh process per variant",
+                      alike(4, Call(b * attention[0], b * attention[1], 6)), timed=False,
+                      fixed_s=4 * PROCESS_START_S[target.kind]))
     return works
 
 
 def _jit_works(s: JitSizes, target: Target) -> list[Work]:
-    """Five ways to run each chain (NumPy on the host), the longest again in a fresh process
-    beside compiled and copy variants; tiny-array dispatch; new functions compiled per
-    call; the shape stream compiled per length."""
+    """Five ways to run each chain (NumPy on the host); at the longest, four more (second
+    builds, one-op baselines: three torch.compile and three jax.jit) and the copies, in
+    this process and again in a fresh one that keeps freed memory; tiny-array dispatch;
+    new functions compiled per call; the shape stream compiled per length; eight fresh
+    processes in all (the kept-memory run, compile stages, caches, XLA's flags)."""
     n, works = s.fusion_elements, []
     array = n * F32
+    both_compilers = compile_seconds("torch.compile", target.kind) + \
+        compile_seconds("jax.jit", target.kind)
     for k in s.chain_lengths:
         eager = Call(k * n, 2 * k * array, k)
         fused = Call(k * n, 2 * array, 1)
         host = Call(k * n, 2 * k * array, k, host=True)
-        runs = 2 if k == s.chain_lengths[-1] else 1  # the longest also runs in a fresh process
-        works.append(Work(f"chain of {k} ops on {array / 2**20:.0f} MiB",
-                          (host, eager, eager, fused, fused) * runs,
-                          compile_s=runs * (compile_seconds("torch.compile", target.kind)
-                                            + compile_seconds("jax.jit", target.kind)),
-                          memory=8 * array, cell="fusion sweep"))
+        chain = (host, eager, eager, fused, fused)
+        if k != s.chain_lengths[-1]:
+            works.append(Work(f"chain of {k} ops on {array / 2**20:.0f} MiB", chain,
+                              compile_s=both_compilers, memory=8 * array, cell="fusion sweep"))
+            continue
+        longest = chain + (fused, fused, Call(n, 2 * array), Call(n, 2 * array))
+        copies = alike(2, Call(traffic=2 * array))
+        works.append(Work(f"chain of {k} ops on {array / 2**20:.0f} MiB, with baselines and "
+                          "copies, twice (this process and one that keeps freed memory)",
+                          (longest + copies) * 2, compile_s=2 * 3 * both_compilers,
+                          memory=12 * array))
     works.append(Work(f"tiny arrays, {s.dispatch_k} ops on 16 elements",
                       (*alike(2, Call(dispatches=s.dispatch_k)), *alike(2, Call())),
-                      compile_s=(compile_seconds("torch.compile", target.kind)
-                                 + compile_seconds("jax.jit", target.kind)),
-                      min_calls=s.min_calls))
+                      compile_s=both_compilers, min_calls=s.min_calls))
     longest = s.chain_lengths[-1]
-    works.append(Work(f"a new function compiled per call, chain of {longest}",
+    works.append(Work(f"a new function compiled per call (in ms per call), chain of {longest}",
                       (Call(longest * n, 2 * longest * array, longest),
                        Call(longest * n, 2 * array, overhead_s=0.2),
                        Call(longest * n, 2 * longest * array, longest),
@@ -265,6 +276,8 @@ def _jit_works(s: JitSizes, target: Target) -> list[Work]:
     works.append(Work(f"a stream of {s.stream_length} lengths up to {s.stream_max}",
                       (Call(dispatches=3 * s.stream_length, overhead_s=0.05 * distinct),
                        Call(dispatches=3 * s.stream_length, overhead_s=0.05 * buckets))))
+    works.append(Work("fresh processes: compile stages, caches, XLA's flags", (Call(),),
+                      timed=False, fixed_s=7 * PROCESS_START_S[target.kind]))
     return works
 
 
@@ -285,30 +298,51 @@ def gpt_activation_bytes(w: GPTWorkload, target: Target) -> float:
     return w.n_layer * per_layer + 3 * tokens * w.vocab_size * F32
 
 
+def gpt_backends(target: Target) -> dict[str, tuple[str, ...]]:
+    """Chapter 3's GPT variants per precision on `target`: the backends, then the eager A/A
+    copy. A GPU adds CUDA graphs (backend and Inductor's reduce-overhead); where Inductor
+    refuses bf16 (GPUs before compute capability 8.0) the bf16 runs skip its two."""
+    backends = ("eager", "aot_eager", "inductor")
+    if target.kind == "cuda":
+        backends += ("cudagraphs", "inductor reduce-overhead")
+    copy = ("eager A/A copy",)
+    bf16 = backends if target.inductor_bf16 else tuple(
+        b for b in backends if not b.startswith("inductor"))
+    return {"fp32": backends + copy, "bf16": bf16 + copy}
+
+
 def _compile_works(s: CompileSizes, target: Target) -> list[Work]:
-    """Per GPT: each backend and the A/A copy at two precisions, checked for a few steps and
-    timed in one compare; every model stays alive until the end, with its AdamW state."""
+    """Per GPT: each backend and the A/A copy at two precisions, checked for a few steps
+    (copies of each one's first gradient and updates held meanwhile) and timed in one
+    compare. Every model stays alive to the end of the page with its AdamW state (weights
+    and two moments; `zero_grad(set_to_none=True)` frees the gradients), so each GPT's
+    memory adds to the ones before. Activations: the running step's, plus one pool per
+    CUDA-graph backend (assumed to hold one fp32 step's, shared by both precisions)."""
     works = [Work("tiny function, recompiles, graph breaks, MLP modes",
                   alike(12, Call(dispatches=10)),
                   compile_s=20 * compile_seconds("torch.compile", target.kind)
                   + (2 * compile_seconds("max-autotune", target.kind)
                      if target.kind == "cuda" else 0))]
-    backends = 6 if target.kind == "cuda" else 4  # + cudagraphs, reduce-overhead on a GPU
-    generated = 2 if target.kind == "cuda" else 1  # Inductor: default, and reduce-overhead
-    traced = backends - 2 - generated  # aot_eager, and cudagraphs: no code generated
-    # CUDA graphs (two backends, two precisions) keep their activations in private pools;
-    # bf16 autocast's are taken as 0.6 of fp32's. One more set is the running step's.
-    activation_sets = 1 + (2 * (1.0 + 0.6) if target.kind == "cuda" else 0)
+    variants = gpt_backends(target)
+    runs = sum(len(v) for v in variants.values())
+    pools = 2 if target.kind == "cuda" else 0
+    before = 0.0  # the earlier GPTs' models, alive to the end
     for w in s.workloads:
-        step = Call(gpt_step_flops(w), dispatches=30 * w.n_layer)
-        models = 2 * backends * 16 * w.parameters  # fp32 weights, gradients, two moments
-        memory = models + activation_sets * gpt_activation_bytes(w, target)
+        compiles = sum(compile_seconds("torch.compile", target.kind, w.n_layer)
+                       if b.startswith("inductor") else
+                       compile_seconds("aot_eager", target.kind, w.n_layer)
+                       for v in variants.values() for b in v if b in ("aot_eager", "cudagraphs")
+                       or b.startswith("inductor"))
+        resident = runs * 12 * w.parameters
+        activations = gpt_activation_bytes(w, target)
+        checking = resident + runs * 12 * w.parameters + 4 * w.parameters + activations
+        timing = resident + 2 * 12 * w.parameters + 4 * w.parameters \
+            + (1 + pools) * activations
         works.append(Work(f"GPT {w.name}, batch {w.batch_size}x{w.block_size}",
-                          alike(2 * backends, step),
-                          compile_s=2 * (
-                              generated * compile_seconds("torch.compile", target.kind, w.n_layer)
-                              + traced * compile_seconds("aot_eager", target.kind, w.n_layer)),
-                          untimed_calls=6, memory=memory, cell="GPT timing"))
+                          alike(runs, Call(gpt_step_flops(w), dispatches=30 * w.n_layer)),
+                          compile_s=compiles, untimed_calls=6,
+                          memory=before + max(checking, timing), cell="GPT timing"))
+        before += resident + 2 * 12 * w.parameters
     return works
 
 
@@ -328,52 +362,79 @@ def vit_activation_bytes(s: ViTSizes, batch: int) -> float:
     return batch * s.num_hidden_layers * per_layer
 
 
-def _vit_works(s: ViTSizes, target: Target) -> list[Work]:
-    """Each batch size: the fp32 modes (PyTorch's four with reduce-overhead on a GPU, JAX's
-    three), each compiled for its shape; at the seed's batch, the compiled eager attention
-    and the lower precisions; then a batch four times the device's memory, recorded as OOM.
-    Both frameworks' allocators keep their peak, so memory counts the activations twice."""
+def vit_modes(target: Target, batch: int, ref_batch: int) -> list[tuple[str, str]]:
+    """Chapter 4's (mode, precision) configurations at `batch`: the fp32 modes (PyTorch's
+    three, four with reduce-overhead on a GPU; JAX's three); at the seed's batch also the
+    compiled eager attention and, per lower precision (bf16; TF32 on a GPU), PyTorch's SDPA
+    eager and compiled (compiled on a GPU only, and bf16 only where Inductor compiles it)
+    and JAX's two split/merge modes."""
     gpu = target.kind == "cuda"
-    torch_modes, torch_compiled, jax_modes = (4, 2, 3) if gpu else (3, 1, 3)
-    precisions = 2 if gpu else 1  # bf16, and TF32 on a GPU
+    torch_modes = ["torch eager, eager attn", "torch eager, SDPA", "torch.compile, SDPA"]
+    if gpu:
+        torch_modes.append("torch.compile reduce-overhead, SDPA")
+    jax_modes = ["nnx.jit", "jax.jit split/merge", "jax.jit split/merge, dot_product_attention"]
+    configs = [(m, "fp32") for m in torch_modes + jax_modes]
+    if batch == ref_batch:
+        configs.append(("torch.compile, eager attn", "fp32"))
+        for precision in ("bf16", "tf32") if gpu else ("bf16",):
+            low = ["torch eager, SDPA", "jax.jit split/merge",
+                   "jax.jit split/merge, dot_product_attention"]
+            if gpu and (precision != "bf16" or target.inductor_bf16):
+                low.insert(1, "torch.compile, SDPA")
+            configs += [(m, precision) for m in low]
+    return configs
+
+
+def _vit_works(s: ViTSizes, target: Target) -> list[Work]:
+    """Each batch size: every configuration of `vit_modes`, built before the timing and
+    alive together (weights and AdamW moments), each compiled for its shape; the seed's
+    set-up (five configurations with SGD, one of them compiled); then a batch four times
+    the device's memory, recorded as OOM. Both frameworks' allocators keep their peak (and
+    on a GPU reduce-overhead's CUDA-graph pool another), so activations count that often."""
     layers = s.num_hidden_layers
-    models = (torch_modes + jax_modes) * 16 * s.parameters
+    sets = 3 if target.kind == "cuda" else 2
     works = []
+
+    def compiles(configs):
+        return sum(compile_seconds("torch.compile" if m.startswith("torch.compile") else
+                                   "jax.jit", target.kind, layers)
+                   for m, _ in configs if not m.startswith("torch eager"))
+
     for b in s.batch_sizes:
-        variants = torch_modes + jax_modes
-        dispatches = 40 * layers
-        calls = alike(variants, Call(vit_step_flops(s, b), dispatches=dispatches))
-        compile_s = (torch_compiled * compile_seconds("torch.compile", target.kind, layers)
-                     + jax_modes * compile_seconds("jax.jit", target.kind, layers))
-        if b == s.ref_batch:
-            low = 3 + (1 if gpu else 0)
-            calls += alike(1 + precisions * low,
-                           Call(vit_step_flops(s, b), dispatches=dispatches, dtype="bf16"))
-            compile_s += ((1 + precisions * (1 if gpu else 0))
-                          * compile_seconds("torch.compile", target.kind, layers)
-                          + precisions * 2 * compile_seconds("jax.jit", target.kind, layers))
-        works.append(Work(f"ViT training step, batch {b}", calls, compile_s=compile_s,
-                          min_calls=s.min_steps, memory=models + 2 * vit_activation_bytes(s, b),
-                          may_oom=b > s.ref_batch, cell="batch sweep"))
+        configs = vit_modes(target, b, s.ref_batch)
+        calls = tuple(Call(vit_step_flops(s, b), dispatches=40 * layers, dtype=precision)
+                      for _, precision in configs)
+        memory = len(configs) * 12 * s.parameters + 4 * s.parameters \
+            + sets * vit_activation_bytes(s, b)
+        works.append(Work(f"ViT training step, batch {b}", calls, compile_s=compiles(configs),
+                          min_calls=s.min_steps, memory=memory, may_oom=b > s.ref_batch,
+                          cell="batch sweep"))
+    seed = [("torch eager, eager attn", "fp32")] * 2 + [("torch.compile, eager attn", "fp32")] \
+        + [("jax.jit split/merge", "fp32")] * 2
+    works.append(Work(f"the seed's set-up, batch {s.ref_batch}, SGD",
+                      tuple(Call(vit_step_flops(s, s.ref_batch), dispatches=40 * layers)
+                            for _ in seed), compile_s=compiles(seed), min_calls=s.min_steps,
+                      memory=len(seed) * 8 * s.parameters + sets
+                      * vit_activation_bytes(s, s.ref_batch)))
     return works
 
 
 def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
-    """PyTorch: one process, then DDP and FSDP2 per device count in fresh processes (each
-    trains the checked steps and times 20); JAX: every layout and count in one compare."""
+    """PyTorch: one process, then DDP and FSDP2 per device count in a fresh set of
+    processes each (the checked steps, then 20 timed); JAX: one device and four layouts on
+    each of 2, 4 and 8 devices in one compare, each compiled for its check and its timing."""
     from deepdive.torch_distributed import CHECK_STEPS
 
     params = s.n_in * s.width + (s.depth - 1) * s.width**2 + s.width * s.n_out
     step = Call(6 * s.batch * params, 4 * 4 * params * F32, dispatches=20 * s.depth)
-    spawns = 1 + len(s.worlds)
     torch_steps = (CHECK_STEPS + 20) * (1 + 2 * len(s.worlds))
-    works = [Work("PyTorch one process, DDP and FSDP2", (step,), min_calls=torch_steps,
-                  timed=False, fixed_s=10.0 * spawns),
-             Work("JAX layouts on every device count",
-                  alike(1 + 2 * len(s.worlds), step),
-                  compile_s=(1 + 2 * len(s.worlds)) * 2 * compile_seconds("jax.jit", target.kind),
-                  memory=8 * 4 * params * F32)]
-    return works
+    layouts = 1 + 4 * len(s.jax_counts)
+    start = PROCESS_START_S[target.kind]
+    return [Work("PyTorch one process, DDP and FSDP2", (step,), min_calls=torch_steps,
+                 timed=False, fixed_s=start * (1 + sum(s.worlds))),
+            Work("JAX layouts on every device count", alike(layouts, step),
+                 compile_s=2 * layouts * compile_seconds("jax.jit", target.kind),
+                 memory=8 * 4 * params * F32)]
 
 
 _BUILDERS = {"01_vmap": _vmap_works, "02_jit_xla": _jit_works,
