@@ -120,6 +120,7 @@ def test_before_import_jax_is_on_the_gpu_only_with_a_plugin_a_gpu_and_a_gpu_plat
         monkeypatch):
     class Plugin:
         metadata = {"Name": "jax-cuda13-plugin"}
+        version = env.versions()["jaxlib"]
 
     monkeypatch.delitem(sys.modules, "jax")
     monkeypatch.setattr(env.importlib.metadata, "distributions", lambda: [Plugin()])
@@ -132,6 +133,20 @@ def test_before_import_jax_is_on_the_gpu_only_with_a_plugin_a_gpu_and_a_gpu_plat
     assert env.jax_sees_gpu()
     monkeypatch.setattr(env, "torch_sees_gpu", lambda: False)  # CUDA_VISIBLE_DEVICES=''
     assert not env.jax_sees_gpu()
+    monkeypatch.setattr(env, "torch_sees_gpu", lambda: True)
+    Plugin.version = "0.4.30"  # a plugin an older JAX left behind: jaxlib will not use it
+    assert not env.jax_sees_gpu()
+
+
+def test_pinning_threads_imports_neither_torch_nor_numpy():
+    """NumPy's BLAS reads OMP_NUM_THREADS once, when it loads: deciding the thread count
+    must not import torch (which loads NumPy) before the variable is set."""
+    code = ("import sys; from deepdive import env; env.pin_cpu_threads(); "
+            "print('torch' in sys.modules, 'numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "DEEPDIVE_CPU_THREADS": ""})
+
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_the_gpu_is_the_one_pytorch_runs_on_not_the_drivers(monkeypatch):
@@ -229,11 +244,24 @@ def test_pin_cpu_threads_gives_torch_and_the_process_the_same_count():
 
 def test_compute_threads_is_one_on_a_cpu_build_and_every_core_on_a_gpu(monkeypatch):
     monkeypatch.delenv("DEEPDIVE_CPU_THREADS", raising=False)
-    monkeypatch.setattr(env, "gpu_name", lambda: None)
+    monkeypatch.setattr(env, "_gpu_visible", lambda: False)
     assert env.compute_threads() == env.CPU_BUILD_THREADS == 1
 
-    monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA L4")
+    monkeypatch.setattr(env, "_gpu_visible", lambda: True)
     assert env.compute_threads() == len(os.sched_getaffinity(0))
+
+
+def test_a_gpu_is_visible_before_torch_is_imported_unless_cuda_hides_it(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.setattr(env, "_nvml_handle", lambda: object())  # the driver lists a GPU
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert env._gpu_visible()
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert not env._gpu_visible()
+    monkeypatch.setattr(env, "_nvml_handle", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert not env._gpu_visible()
 
 
 def test_compute_threads_honours_deepdive_cpu_threads(monkeypatch):

@@ -58,15 +58,17 @@ def test_full_on_a_readers_gpu_is_refused_naming_medium(gpu):
         plans.plan("04_vit_training", "full", GPUS[gpu], HOST).check()
 
 
-def test_a_40gb_a100_runs_full_except_chapter_3s_gpt_2_benchmark():
-    """Twelve GPT-2 variants with their AdamW state, plus the CUDA-graph pools, need more
-    than a 40 GB A100; the plan says so before a cell runs, and names medium."""
+def test_a_40gb_a100_runs_full_except_the_gpt_2_and_vit_b_16_training_benchmarks():
+    """Chapter 3 keeps twelve GPT-2 variants with their AdamW state beside batch-12
+    activations; chapter 4 keeps sixteen ViT-B/16 configurations at the seed's batch: both
+    need more than a 40 GB A100, and their plans say so before a cell runs, naming medium."""
     a100 = GPUS["A100 40GB"]
-    for chapter in plans.CHAPTERS:
-        if chapter != "03_torch_compile":
-            plans.plan(chapter, "full", a100, HOST).check()
+    for chapter in ("01_vmap", "02_jit_xla", "05_distributed"):
+        plans.plan(chapter, "full", a100, HOST).check()
     with pytest.raises(plan.PlanDoesNotFit, match=r"GPT-2 124M.*GiB.*DEEPDIVE_SCALE=medium"):
         plans.plan("03_torch_compile", "full", a100, HOST).check()
+    with pytest.raises(plan.PlanDoesNotFit, match=r"batch 32' needs.*DEEPDIVE_SCALE=medium"):
+        plans.plan("04_vit_training", "full", a100, HOST).check()
 
 
 def test_an_oversized_plan_is_refused_with_the_smaller_scale_or_a_plain_no():
@@ -202,7 +204,8 @@ def test_where_inductor_refuses_bf16_the_chapters_plan_and_run_without_its_bf16_
     assert len(plans.gpt_backends(BUILD_CPU)["bf16"]) == 4  # no CUDA graphs on a CPU
     t4_rows = plans.vit_modes(t4, 32, 32)
     assert ("torch.compile, SDPA", "bf16") not in t4_rows
-    assert ("torch.compile, SDPA", "tf32") in t4_rows
+    assert not any(p == "tf32" for _, p in t4_rows)  # Turing has no TF32 either
+    assert ("torch.compile, SDPA", "tf32") in plans.vit_modes(l4, 32, 32)
     assert ("torch.compile, SDPA", "bf16") in plans.vit_modes(l4, 32, 32)
     assert len(plans.vit_modes(BUILD_CPU, 32, 32)) == 10 and len(plans.vit_modes(l4, 32, 32)) == 16
     assert plan.gpu_target("Some GPU", 8 * GIB, measure_peak=lambda d: flops.Peak(1e12, d, "m"),
@@ -218,3 +221,13 @@ def test_the_summary_states_every_assumption_and_what_was_measured():
                        "torch.compile", "per fresh process", "the rest of the page"):
             assert figure in text, figure
     assert "assumed, not measured" in gpu and "first-call times in this book's" in cpu
+    assert "12 bytes per fp32 parameter" in gpu and "68 bytes per token" in gpu
+
+
+def test_a_known_gpu_missing_a_dtype_runs_it_at_fp32_and_is_not_measured():
+    def measure(dtype):
+        raise AssertionError("a T4 is in the datasheet table: nothing to measure")
+
+    t4 = plan.gpu_target("Tesla T4", 15 * GIB, measure_peak=measure)
+    assert t4.peak("bf16") == t4.peak("fp32") == 8.1e12
+    assert "measured" not in t4.source and not t4.inductor_bf16

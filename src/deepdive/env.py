@@ -89,8 +89,9 @@ _JAX_GPU_PLUGINS = re.compile(r"^jax[-_](cuda\d+|rocm\d*)[-_](plugin|pjrt)$")
 
 def jax_sees_gpu() -> bool:
     """Whether JAX runs on a GPU: its backend once imported. Before that (so that XLA's
-    settings can still change), whether it would: a GPU plugin is installed, JAX_PLATFORMS
-    allows a GPU, and PyTorch sees a GPU under the same CUDA_VISIBLE_DEVICES."""
+    settings can still change), whether it would: a GPU plugin of jaxlib's own version is
+    installed, JAX_PLATFORMS allows a GPU, and PyTorch sees a GPU under the same
+    CUDA_VISIBLE_DEVICES."""
     if "jax" in sys.modules:
         import jax
 
@@ -98,8 +99,14 @@ def jax_sees_gpu() -> bool:
     platforms = os.environ.get("JAX_PLATFORMS", "").lower()
     if platforms and not {"cuda", "gpu", "rocm"} & set(platforms.replace(" ", "").split(",")):
         return False
-    names = {(dist.metadata["Name"] or "").lower() for dist in importlib.metadata.distributions()}
-    return any(_JAX_GPU_PLUGINS.match(name) for name in names) and torch_sees_gpu()
+    jaxlib = versions().get("jaxlib")
+    plugins = {(dist.metadata["Name"] or "").lower(): dist.version
+               for dist in importlib.metadata.distributions()}
+    # jaxlib ignores a CUDA plugin of another version ("it will not be used"): a plugin
+    # left behind by an older JAX (Colab's, say) is no GPU
+    usable = any(_JAX_GPU_PLUGINS.match(name) and ("rocm" in name or version == jaxlib)
+                 for name, version in plugins.items())
+    return usable and torch_sees_gpu()
 
 
 def gpu_name() -> str | None:
@@ -111,6 +118,19 @@ def gpu_name() -> str | None:
     import torch
 
     return torch.cuda.get_device_name(0)
+
+
+def _gpu_visible() -> bool:
+    """Whether this process will see a GPU, without importing torch when it is not imported
+    yet: importing it loads NumPy, whose BLAS reads its thread count once, at load, so
+    `pin_cpu_threads` must set OMP_NUM_THREADS first. The driver has a GPU (NVML) and
+    CUDA_VISIBLE_DEVICES does not hide it; once torch is imported, torch decides."""
+    if "torch" in sys.modules:
+        return torch_sees_gpu()
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return False
+    return _nvml_handle() is not None
 
 
 def gpu_memory() -> int | None:
@@ -210,7 +230,7 @@ def compute_threads() -> int:
             raise ValueError(f"DEEPDIVE_CPU_THREADS={chosen!r} is not a thread count; accepted: "
                              f"an integer from 1 to {cores} (this machine's available cores)")
         return int(chosen)
-    return min(CPU_BUILD_THREADS, cores) if gpu_name() is None else cores
+    return cores if _gpu_visible() else min(CPU_BUILD_THREADS, cores)
 
 
 def pin_cpu_threads(n: int | None = None) -> int:

@@ -85,21 +85,26 @@ class Target:
 def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=None,
                bf16_native: bool | None = None) -> Target:
     """A GPU by its driver name and memory: datasheet peaks and bandwidth where the table has
-    them, else the measurements passed in (`measure_peak(dtype)` -> flops.Peak,
-    `measure_bandwidth()` -> bytes/s), labelled as measured. Never raises for a name it
-    does not know unless nothing was passed to measure with. `bf16_native` (compute
-    capability 8.0 on) defaults to whether the datasheet lists bf16 tensor cores."""
-    peaks, sources = {}, []
+    them; for a GPU the table does not know, the measurements passed in
+    (`measure_peak(dtype)` -> flops.Peak for fp32 and bf16, `measure_bandwidth()` ->
+    bytes/s), labelled as measured. A known part without a dtype's tensor cores (a T4's
+    bf16) runs that dtype at its fp32 rate. Never raises for a name it does not know unless
+    nothing was passed to measure with. `bf16_native` (compute capability 8.0 on, which
+    also brings TF32) defaults to whether the datasheet lists bf16 tensor cores."""
+    known = flops._table_key(name) is not None
+    peaks, datasheet, sources = {}, set(), []
     for dtype in flops.DTYPES:
         try:
             peaks[dtype] = flops.peak_flops(name, dtype)[0]
+            datasheet.add(dtype)
         except flops.NoDatasheetPeak:
-            if measure_peak is not None and dtype in ("fp32", "bf16"):
+            if not known and measure_peak is not None and dtype in ("fp32", "bf16"):
                 peaks[dtype] = measure_peak(dtype).flops_per_s
                 sources.append(f"{dtype} peak measured")
     key = flops._table_key(name)
     if key in _BANDWIDTH_GBS:
         bandwidth = _BANDWIDTH_GBS[key] * 1e9
+        sources.append("datasheet bandwidth")
     elif measure_bandwidth is not None:
         bandwidth = measure_bandwidth()
         sources.append("bandwidth measured")
@@ -108,9 +113,11 @@ def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=No
                          f"known: {', '.join(_BANDWIDTH_GBS)}")
     if "fp32" not in peaks:
         raise ValueError(f"no fp32 peak for {name!r}: pass measure_peak")
-    native = "bf16" in peaks if bf16_native is None else bool(bf16_native)
-    return Target(name, "cuda", memory, bandwidth, peaks,
-                  "; ".join(sources) or "datasheet peaks and bandwidth", inductor_bf16=native)
+    if datasheet:
+        sources.insert(0, f"datasheet peaks ({', '.join(sorted(datasheet))})")
+    native = "bf16" in datasheet if bf16_native is None else bool(bf16_native)
+    return Target(name, "cuda", memory, bandwidth, peaks, "; ".join(sources),
+                  inductor_bf16=native)
 
 
 def cpu_target(name: str, threads: int, memory: float) -> Target:
@@ -296,19 +303,25 @@ class Plan:
         kind = self.target.kind
         compiles = ", ".join(f"{k} {base:g} s + {layer:g} s per layer"
                              for k, (base, layer) in COMPILE_S[kind].items())
-        compile_basis = ("rounded from first-call times in this book's 2-core CPU build"
-                         if kind == "cpu" else "assumed, not measured")
+        on_cpu = kind == "cpu"
         return (f"{self.chapter} at scale {self.scale} on {self.target.name}, "
                 f"{self.target.memory / 2**30:.1f} GiB: estimated "
-                f"{self.seconds() / 60:.1f} min ({limit}), at most "
-                f"{self.memory() / 2**30:.2f} GiB ({MEMORY_HEADROOM:.0%} usable). "
-                f"Assumed: {EFFICIENCY[kind]:.0%} of peak FLOP/s and bandwidth "
-                f"({self.target.source}); {DISPATCH_S * 1e6:.0f} µs per dispatch; "
-                f"{BLOCKS} timed blocks per variant (the extra rounds a noisy variant gets are "
-                f"not counted); compiling ({compile_basis}): {compiles}; "
-                f"{PROCESS_START_S[kind]:g} s per fresh process; the rest of the page "
-                f"{self.other_s:g} s (on a CPU, fitted to this book's build; on a GPU, "
-                "assumed).")
+                f"{self.seconds() / 60:.1f} min ({limit}) and about "
+                f"{self.memory() / 2**30:.2f} GiB at the peak ({MEMORY_HEADROOM:.0%} of the "
+                f"memory usable). Time assumes: {EFFICIENCY[kind]:.0%} of peak FLOP/s and "
+                f"bandwidth ({self.target.source}); {DISPATCH_S * 1e6:.0f} µs per dispatch; "
+                f"{BLOCKS} timed blocks per variant and about two more to size the first (the "
+                "extra rounds a noisy variant gets are not counted); compiling ("
+                + ("rounded from first-call times in this book's 2-core CPU build" if on_cpu
+                   else "assumed, not measured") + f"): {compiles}; "
+                f"{PROCESS_START_S[kind]:g} s per fresh process (assumed); the rest of the "
+                f"page {self.other_s:g} s ("
+                + ("fitted to this book's CPU build" if on_cpu else "assumed") + "). Memory "
+                "assumes: weights and optimizer state at 12 bytes per fp32 parameter (16 with "
+                "gradients kept), activations at 68 bytes per token, width and layer in fp32 "
+                "(Korthikanti et al.'s 34 at 16 bits), plus attention scores where no flash "
+                "kernel runs and three copies of the logits, once per allocator or CUDA-graph "
+                "pool that keeps them (deepdive.plans says which).")
 
 
 def this_target(kind: str) -> Target:

@@ -316,8 +316,9 @@ def _compile_works(s: CompileSizes, target: Target) -> list[Work]:
     (copies of each one's first gradient and updates held meanwhile) and timed in one
     compare. Every model stays alive to the end of the page with its AdamW state (weights
     and two moments; `zero_grad(set_to_none=True)` frees the gradients), so each GPT's
-    memory adds to the ones before. Activations: the running step's, plus one pool per
-    CUDA-graph backend (assumed to hold one fp32 step's, shared by both precisions)."""
+    memory adds to the ones before. Activations: the running step's, plus the CUDA-graph
+    pool (both CUDA-graph backends go through cudagraph trees, which keep one pool per
+    device; assumed to hold one fp32 step's)."""
     works = [Work("tiny function, recompiles, graph breaks, MLP modes",
                   alike(12, Call(dispatches=10)),
                   compile_s=20 * compile_seconds("torch.compile", target.kind)
@@ -325,7 +326,7 @@ def _compile_works(s: CompileSizes, target: Target) -> list[Work]:
                      if target.kind == "cuda" else 0))]
     variants = gpt_backends(target)
     runs = sum(len(v) for v in variants.values())
-    pools = 2 if target.kind == "cuda" else 0
+    pools = 1 if target.kind == "cuda" else 0  # cudagraph trees: one pool per device
     before = 0.0  # the earlier GPTs' models, alive to the end
     for w in s.workloads:
         compiles = sum(compile_seconds("torch.compile", target.kind, w.n_layer)
@@ -365,9 +366,9 @@ def vit_activation_bytes(s: ViTSizes, batch: int) -> float:
 def vit_modes(target: Target, batch: int, ref_batch: int) -> list[tuple[str, str]]:
     """Chapter 4's (mode, precision) configurations at `batch`: the fp32 modes (PyTorch's
     three, four with reduce-overhead on a GPU; JAX's three); at the seed's batch also the
-    compiled eager attention and, per lower precision (bf16; TF32 on a GPU), PyTorch's SDPA
-    eager and compiled (compiled on a GPU only, and bf16 only where Inductor compiles it)
-    and JAX's two split/merge modes."""
+    compiled eager attention and, per lower precision (bf16; TF32 on a GPU that has it,
+    compute capability 8.0 on), PyTorch's SDPA eager and compiled (compiled on a GPU only,
+    and bf16 only where Inductor compiles it) and JAX's two split/merge modes."""
     gpu = target.kind == "cuda"
     torch_modes = ["torch eager, eager attn", "torch eager, SDPA", "torch.compile, SDPA"]
     if gpu:
@@ -376,7 +377,7 @@ def vit_modes(target: Target, batch: int, ref_batch: int) -> list[tuple[str, str
     configs = [(m, "fp32") for m in torch_modes + jax_modes]
     if batch == ref_batch:
         configs.append(("torch.compile, eager attn", "fp32"))
-        for precision in ("bf16", "tf32") if gpu else ("bf16",):
+        for precision in ("bf16", "tf32") if gpu and target.inductor_bf16 else ("bf16",):
             low = ["torch eager, SDPA", "jax.jit split/merge",
                    "jax.jit split/merge, dot_product_attention"]
             if gpu and (precision != "bf16" or target.inductor_bf16):
@@ -389,8 +390,11 @@ def _vit_works(s: ViTSizes, target: Target) -> list[Work]:
     """Each batch size: every configuration of `vit_modes`, built before the timing and
     alive together (weights and AdamW moments), each compiled for its shape; the seed's
     set-up (five configurations with SGD, one of them compiled); then a batch four times
-    the device's memory, recorded as OOM. Both frameworks' allocators keep their peak (and
-    on a GPU reduce-overhead's CUDA-graph pool another), so activations count that often."""
+    the device's memory, recorded as OOM. PyTorch's configurations keep their gradients
+    between steps (zeroed at the start of the next), JAX's do not; the HF reference and the
+    checked NNX model stay on the device too. Both frameworks' allocators keep their peak
+    (and on a GPU reduce-overhead's CUDA-graph pool another), so activations count that
+    often."""
     layers = s.num_hidden_layers
     sets = 3 if target.kind == "cuda" else 2
     works = []
@@ -404,7 +408,8 @@ def _vit_works(s: ViTSizes, target: Target) -> list[Work]:
         configs = vit_modes(target, b, s.ref_batch)
         calls = tuple(Call(vit_step_flops(s, b), dispatches=40 * layers, dtype=precision)
                       for _, precision in configs)
-        memory = len(configs) * 12 * s.parameters + 4 * s.parameters \
+        torch_configs = sum(m.startswith("torch") for m, _ in configs)
+        memory = (16 * torch_configs + 12 * (len(configs) - torch_configs) + 8) * s.parameters \
             + sets * vit_activation_bytes(s, b)
         works.append(Work(f"ViT training step, batch {b}", calls, compile_s=compiles(configs),
                           min_calls=s.min_steps, memory=memory, may_oom=b > s.ref_batch,
