@@ -231,3 +231,16 @@ def test_a_known_gpu_missing_a_dtype_runs_it_at_fp32_and_is_not_measured():
     t4 = plan.gpu_target("Tesla T4", 15 * GIB, measure_peak=measure)
     assert t4.peak("bf16") == t4.peak("fp32") == 8.1e12
     assert "measured" not in t4.source and not t4.inductor_bf16
+
+
+def test_the_plans_print_for_a_readers_gpu_from_the_command_line(capsys):
+    assert plans.main(["T4"]) == 0
+    medium = capsys.readouterr().out
+    assert plans.main(["A100-40GB", "--scale", "full"]) == 0
+    full = capsys.readouterr().out
+
+    assert medium.count("-> fits") == len(plans.CHAPTERS) and "on Tesla T4" in medium
+    assert full.count("-> fits") == 3 and full.count("REFUSED") == 2
+    assert "DEEPDIVE_SCALE=medium" in full
+    with pytest.raises(SystemExit):
+        plans.main(["V100"])

@@ -445,3 +445,40 @@ def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
 _BUILDERS = {"01_vmap": _vmap_works, "02_jit_xla": _jit_works,
              "03_torch_compile": _compile_works, "04_vit_training": _vit_works,
              "05_distributed": _distributed_works}
+
+
+# The GPUs a reader has or rents, by short name, with the memory torch reports for them.
+READER_GPUS = {"T4": ("Tesla T4", 15_828_320_256), "L4": ("NVIDIA L4", 23_612_293_120),
+               "A100-40GB": ("NVIDIA A100-SXM4-40GB", 42_405_855_232),
+               "A100-80GB": ("NVIDIA A100-SXM4-80GB", 85_100_000_000),
+               "H100": ("NVIDIA H100 80GB HBM3", 85_520_809_984)}
+
+
+def main(argv=None) -> int:
+    """`python -m deepdive.plans [GPU ...] [--scale medium|full]`: every chapter's plan for
+    each named GPU (default: all of `READER_GPUS`), and whether it fits, without a GPU."""
+    import argparse
+
+    from deepdive.plan import PlanDoesNotFit, cpu_target, gpu_target
+
+    parser = argparse.ArgumentParser(prog="python -m deepdive.plans", description=main.__doc__)
+    parser.add_argument("gpus", nargs="*", choices=[[], *READER_GPUS], metavar="GPU",
+                        help=f"one of {', '.join(READER_GPUS)} (default: all)")
+    parser.add_argument("--scale", choices=("medium", "full"), default="medium")
+    args = parser.parse_args(argv)
+    host = cpu_target("a 16-core host", 16, 128 * 2**30)
+    for gpu in args.gpus or READER_GPUS:
+        target = gpu_target(*READER_GPUS[gpu])
+        for chapter in CHAPTERS:
+            built = plan(chapter, args.scale, target, host)
+            try:
+                built.check()
+                verdict = "fits"
+            except PlanDoesNotFit as refusal:
+                verdict = f"REFUSED: {refusal}"
+            print(f"{built.summary()}\n{built.table().to_string()}\n-> {verdict}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
