@@ -162,14 +162,6 @@ def test_the_gpu_is_the_one_pytorch_runs_on_not_the_drivers(monkeypatch):
     assert env.compute_threads() == env.CPU_BUILD_THREADS
 
 
-@pytest.mark.parametrize(("scale", "expected"), [("small", 4), ("medium", 100)])
-def test_by_scale_picks_the_value_for_the_scale(monkeypatch, scale, expected):
-    monkeypatch.setenv("DEEPDIVE_SCALE", scale)
-    seen_by(monkeypatch, "NVIDIA L4", 24 * GIB, torch_gpu=True, jax_gpu=True)
-
-    assert env.by_scale(small=4, medium=100, full=1000) == expected
-
-
 def test_require_same_device_raises_when_jax_is_on_the_cpu_beside_a_cuda_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")

@@ -70,11 +70,6 @@ def choose_scale(requested: str | None, *, gpu: str | None, gpu_memory: int | No
     return chosen
 
 
-def by_scale(*, small, medium, full):
-    """Pick the value for this build's scale: ``by_scale(small=4, medium=100, full=1000)``."""
-    return {"small": small, "medium": medium, "full": full}[scale()]
-
-
 def torch_sees_gpu() -> bool:
     """Whether PyTorch has a CUDA (or ROCm) device: what it sees honours
     CUDA_VISIBLE_DEVICES. Imports torch, which JAX's settings do not mind."""

@@ -91,17 +91,16 @@ def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=No
     bf16) runs that dtype at its fp32 rate. Never raises for a name it does not know unless
     nothing was passed to measure with. `bf16_native` (compute capability 8.0 on, which
     also brings TF32) defaults to whether the datasheet lists bf16 tensor cores."""
-    known = flops._table_key(name) is not None
+    key = flops._table_key(name)
     peaks, datasheet, sources = {}, set(), []
     for dtype in flops.DTYPES:
         try:
             peaks[dtype] = flops.peak_flops(name, dtype)[0]
             datasheet.add(dtype)
         except flops.NoDatasheetPeak:
-            if not known and measure_peak is not None and dtype in ("fp32", "bf16"):
+            if key is None and measure_peak is not None and dtype in ("fp32", "bf16"):
                 peaks[dtype] = measure_peak(dtype).flops_per_s
                 sources.append(f"{dtype} peak measured")
-    key = flops._table_key(name)
     if key in _BANDWIDTH_GBS:
         bandwidth = _BANDWIDTH_GBS[key] * 1e9
         sources.append("datasheet bandwidth")
