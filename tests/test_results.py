@@ -100,3 +100,25 @@ def test_glue_gives_numpy_scalars_the_text_of_plain_numbers(glued, value, text):
     (output,) = glued
     assert output["metadata"]["scrapbook"]["name"] == "speedup"
     assert output["data"]["application/papermill.record/text/plain"] == text
+
+
+@pytest.mark.parametrize("value", [2.5, "a sentence", pd.DataFrame({"a": [1, 2]})],
+                         ids=["number", "text", "table"])
+def test_glue_without_myst_nb_sends_exactly_what_myst_nb_glue_sends(glued, value):
+    """Chapters glue without importing myst-nb (Colab has none); the book build reads the
+    payload back with myst-nb, so both must write the same display, byte for byte."""
+    from myst_nb import glue as myst_glue
+
+    glue("value", value)
+    myst_glue("value", value, display=False)
+
+    ours, theirs = glued
+    assert ours == theirs
+
+
+def test_glue_never_imports_myst_nb(glued):
+    import sys
+
+    sys.modules.pop("myst_nb", None)
+    glue("speedup", 1.5)
+    assert "myst_nb" not in sys.modules

@@ -91,17 +91,28 @@ class Results:
         return path
 
 
+# myst-nb's glue format: a display with these MIME-type keys and `scrapbook` metadata, which
+# the book build reads back from the executed notebook. Written here so that chapters run in
+# a kernel without myst-nb (Colab, a runtime-only Jupyter); a test checks it matches myst_nb.
+GLUE_PREFIX = "application/papermill.record/"
+
+
 def glue(name: str, value) -> None:
     """Glue a value for the page's prose (`{glue:text}` role), numpy scalars made plain.
 
     myst-nb formats glued numbers from their text form, which for numpy scalars is
     ``np.float64(...)``; converting first keeps format specs such as ``:.2f`` working.
+    Nothing shows in the notebook itself (myst_nb.glue with ``display=False``).
     """
-    from myst_nb import glue as myst_glue
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
 
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         value = value.item()
-    myst_glue(name, value, display=False)
+    bundle, metadata = format_display_data(value)
+    metadata["scrapbook"] = {"name": name, "mime_prefix": GLUE_PREFIX}
+    display({GLUE_PREFIX + kind: data for kind, data in bundle.items()}, raw=True,
+            metadata=metadata)
 
 
 def load(chapter: str):
