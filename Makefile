@@ -1,11 +1,17 @@
 # The only entry points: make book | make test | make lab | make clean
-# Everything runs in .venv, created from the exact pins in requirements.txt.
+# Everything runs in .venv, created from the exact pins in requirements.txt. `make test` also
+# builds .venv-runtime from requirements-runtime.txt alone (what a reader's Jupyter needs),
+# to run chapters the way Colab and a plain Jupyter do.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Marks an environment that matches requirements.txt and pyproject.toml; rebuilt when they change.
 STAMP := $(VENV)/.deepdive-installed
+RUNTIME_VENV := .venv-runtime
+RUNTIME_STAMP := $(RUNTIME_VENV)/.deepdive-installed
+# A kernel needs ipykernel, which Colab and every Jupyter have: the build's pin of it.
+IPYKERNEL := $(shell grep '^ipykernel==' requirements.txt)
 # Inductor's compiled kernels live with the build, so `make clean` clears them too.
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/_build/inductor-cache
 # Reproducible hashing inside the build.
@@ -17,21 +23,28 @@ DEEPDIVE_BUILD_ID := $(shell date -u +%Y%m%dT%H%M%SZ)-$(shell git rev-parse --sh
 endif
 export DEEPDIVE_BUILD_ID
 
-.PHONY: book test lab clean env
+.PHONY: book test lab clean env runtime-env
 
 env: $(STAMP)
+runtime-env: $(RUNTIME_STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-runtime.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
+$(RUNTIME_STAMP): requirements-runtime.txt pyproject.toml requirements.txt
+	test -x $(RUNTIME_VENV)/bin/python || $(PYTHON) -m venv $(RUNTIME_VENV)
+	$(RUNTIME_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RUNTIME_VENV)/bin/python -m pip install --quiet -r requirements-runtime.txt "$(IPYKERNEL)"
+	touch $(RUNTIME_STAMP)
+
 # DEEPDIVE_BUILD=1 keeps progress bars out of the executed pages.
 book: $(STAMP)
 	DEEPDIVE_BUILD=1 $(BIN)/jupyter-book build . -W --keep-going
 
-test: book
+test: book $(RUNTIME_STAMP)
 	$(BIN)/ruff check src tests notebooks
 	$(BIN)/python -m pytest
 

@@ -43,7 +43,8 @@ def workflow_cache():
 def test_the_sites_cache_key_holds_what_the_numbers_depend_on():
     cache = workflow_cache()
 
-    for dependency in ("src/**", "requirements.txt", "pyproject.toml", "notebooks/*.md"):
+    for dependency in ("src/**", "requirements.txt", "requirements-runtime.txt", "pyproject.toml",
+                       "notebooks/*.md"):
         assert f"'{dependency}'" in cache["key"], dependency
 
 
