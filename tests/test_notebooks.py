@@ -17,24 +17,43 @@ def code_cells(path):
     return [c.source for c in jupytext.read(path).cells if c.cell_type == "code"]
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_first_cell_installs_the_book_only_under_colab(chapter):
-    first = code_cells(chapter)[0]
+FIRST_CELL = code_cells(CHAPTERS[0])[0]
 
-    assert first.startswith("import sys\n\nif \"google.colab\" in sys.modules:")
-    assert f"!git clone --quiet --depth 1 {REPOSITORY} /content/book" in first
-    assert "%pip install --quiet -r requirements.txt" in first
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_every_chapter_opens_with_the_same_colab_cell(chapter):
+    assert code_cells(chapter)[0] == FIRST_CELL
+
+
+def test_the_colab_cell_acts_only_under_colab_and_fails_loudly():
+    assert FIRST_CELL.startswith('import os\nimport sys\n\nif "google.colab" in sys.modules:')
+    assert f'os.environ.get("DEEPDIVE_REPO", "{REPOSITORY}")' in FIRST_CELL
+    assert "colab.set_up(BOOK, REPO)" in FIRST_CELL
+    # IPython's !git and %pip never raise: a failure must stop the cell itself.
+    assert "!" not in FIRST_CELL.replace("!=", "") and "%pip" not in FIRST_CELL
+    assert len(FIRST_CELL.splitlines()) <= 25
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_the_colab_cell_is_removed_from_the_html(chapter):
+    first = next(c for c in jupytext.read(chapter).cells if c.cell_type == "code")
+    assert "remove-cell" in first.metadata.get("tags", [])
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_the_colab_cell_takes_its_address_from_config_and_nothing_else_has_one(chapter):
-    text = chapter.read_text()
+    text = chapter.read_text().replace("https://github.com/<you>/<fork>", "")
     assert text.count("github.com/") == text.count(REPOSITORY) == 1  # the Colab cell only
 
 
-def test_requirements_install_the_helpers_too():
-    lines = (ROOT / "requirements.txt").read_text().splitlines()
-    assert "-e ." in lines  # so a kernel with only requirements.txt can import deepdive
+def test_the_runtime_requirements_install_the_helpers_and_the_build_adds_only_tools():
+    runtime = (ROOT / "requirements-runtime.txt").read_text().splitlines()
+    build = (ROOT / "requirements.txt").read_text().splitlines()
+    assert "-e ." in runtime  # a kernel with only the runtime can import deepdive
+    assert "-r requirements-runtime.txt" in build
+    tools = {line.split("==")[0] for line in build if "==" in line}
+    assert tools.isdisjoint({"torch", "jax[cpu]", "flax", "numpy", "pandas"})
+    assert {"jupyter-book", "pytest", "ruff", "playwright"} <= tools
 
 
 # Chapters whose comparative sentences must all come from claims.csv (issue 11).

@@ -1,0 +1,116 @@
+"""Colab's first cell: what it keeps, installs and restarts for, decided without Colab."""
+
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from deepdive import colab
+
+ROOT = Path(__file__).resolve().parents[1]
+MINIMUM = colab.minimums(ROOT)
+PINNED = colab.pins(ROOT)
+
+# Colab's GPU image (googlecolab/backend-info, pip-freeze.gpu.txt, 2026): the runtime's
+# packages as it ships them.
+COLAB_GPU = {"torch": "2.11.0+cu128", "triton": "3.6.0", "jax": "0.7.2", "jaxlib": "0.7.2",
+             "jax-cuda12-plugin": "0.7.2", "jax-cuda12-pjrt": "0.7.2", "flax": "0.11.2",
+             "optax": "0.2.8", "transformers": "5.9.0", "numpy": "2.0.2", "pandas": "2.2.2",
+             "matplotlib": "3.10.0", "psutil": "5.9.5", "nvidia-ml-py": "13.610.43",
+             "tqdm": "4.67.3", "ipykernel": "6.17.1"}
+
+
+def test_every_dependency_has_a_pin_and_every_pin_meets_its_minimum():
+    assert set(MINIMUM) == set(PINNED)
+    for name, pin in PINNED.items():
+        (version,) = [s.version for s in pin.specifier]
+        assert MINIMUM[name].specifier.contains(version), (name, version)
+
+
+def test_colab_keeps_its_torch_and_replaces_only_the_jax_family_keeping_the_gpu_plugin():
+    decision = colab.decide(COLAB_GPU, MINIMUM, PINNED)
+
+    # Flax 0.11 lacks nnx.List (chapter 4), and Flax 0.12.8 needs JAX 0.10: one family.
+    assert decision.install == ["flax==0.12.8", "jax[cuda12]==0.10.2", "jaxlib==0.10.2"]
+    assert decision.replaced == {"flax": "0.11.2", "jax": "0.7.2", "jaxlib": "0.7.2"}
+    assert decision.kept["torch"] == "2.11.0+cu128"  # a local CUDA label still compares
+    assert set(decision.kept) == set(MINIMUM) - {"flax", "jax", "jaxlib"}
+
+
+def test_a_colab_with_a_new_enough_jax_installs_nothing():
+    current = dict(COLAB_GPU, jax="0.10.2", jaxlib="0.10.2", flax="0.12.8")
+
+    decision = colab.decide(current, MINIMUM, PINNED)
+
+    assert decision.install == [] and decision.replaced == {}
+
+
+def test_a_missing_package_gets_its_pin_and_nothing_else_moves():
+    installed = {k: v for k, v in COLAB_GPU.items() if k != "optax"}
+    installed.update(jax="0.10.2", jaxlib="0.10.2", flax="0.12.8")
+
+    decision = colab.decide(installed, MINIMUM, PINNED)
+
+    assert decision.install == ["optax==0.2.8"]
+    assert decision.replaced == {}
+
+
+def test_without_a_gpu_plugin_a_new_jax_is_the_cpu_pin():
+    installed = {k: v for k, v in COLAB_GPU.items() if not k.startswith("jax")}
+
+    assert "jax[cpu]==0.10.2" in colab.decide(installed, MINIMUM, PINNED).install
+
+
+def test_an_old_torch_brings_its_triton():
+    decision = colab.decide(dict(COLAB_GPU, torch="2.8.0+cu126"), MINIMUM, PINNED)
+
+    assert {"torch==2.13.0", "triton==3.7.1"} <= set(decision.install)
+    assert decision.replaced["triton"] == "3.6.0"
+
+
+def test_a_bare_interpreter_gets_every_pin():
+    decision = colab.decide({}, MINIMUM, PINNED)
+
+    assert len(decision.install) == len(PINNED) and decision.kept == {}
+
+
+def test_a_dependency_without_a_pin_is_refused_by_name():
+    minimum = dict(MINIMUM, scipy=Requirement("scipy>=1.10"))
+    with pytest.raises(ValueError, match=r"no pin for \['scipy'\]"):
+        colab.decide(COLAB_GPU, minimum, PINNED)
+
+
+def test_names_compare_as_pip_compares_them():
+    assert colab.canonical("nvidia_ml.py") == colab.canonical("NVIDIA-ML-py") == "nvidia-ml-py"
+
+
+def test_the_newest_gpu_plugin_sets_the_flavour():
+    assert colab.jax_gpu_flavour({"jax-cuda12-plugin": "1", "jax-cuda13-plugin": "1"}) == "cuda13"
+    assert colab.jax_gpu_flavour({"jax": "0.7.2"}) is None
+
+
+def test_a_restart_only_when_a_replaced_package_was_imported():
+    distributions_of = {"numpy": ["numpy"], "jax": ["jax"], "PIL": ["pillow"]}
+
+    assert colab.imported_among(["jax"], ["numpy", "numpy.linalg"], distributions_of) == []
+    assert colab.imported_among(["numpy", "jax"], ["numpy.linalg"], distributions_of) == ["numpy"]
+    assert colab.imported_among(["Pillow"], ["PIL.Image"], distributions_of) == ["pillow"]
+
+
+def test_a_failed_install_names_the_requirement_and_the_address(monkeypatch):
+    class Failed:
+        returncode, stdout, stderr = 1, "", "ERROR: No matching distribution found for flax"
+
+    monkeypatch.setattr(colab.subprocess, "run", lambda *a, **k: Failed())
+    with pytest.raises(colab.SetUpError, match=r"(?s)flax==0.12.8.*No matching.*"
+                       r"cloned from https://example\.org/book.*DEEPDIVE_REPO"):
+        colab.install(["flax==0.12.8"], "https://example.org/book")
+
+
+def test_the_scale_is_chosen_in_a_fresh_process_and_its_refusal_surfaces(monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_SCALE", "small")
+    assert colab.pick_scale(ROOT) == "small"
+
+    monkeypatch.setenv("DEEPDIVE_SCALE", "huge")
+    with pytest.raises(colab.SetUpError, match="the scale could not be chosen"):
+        colab.pick_scale(ROOT)
