@@ -293,3 +293,11 @@ def test_a_chapters_plan_on_this_cpu_is_within_a_factor_of_two_of_its_run_time(c
     print(f"{chapter}: planned {estimated:.0f} s, ran {ran:.0f} s")
     assert ran <= plan.BUDGET_S["small"]
     assert 0.5 <= estimated / ran <= 2.0
+
+
+def test_the_site_publishes_the_evidence_chapter_6_can_read_on_its_own():
+    from deepdive.evidence import EVIDENCE_FILES
+
+    for name in EVIDENCE_FILES:
+        published = HTML / "results" / name
+        assert published.read_bytes() == (ROOT / "_build" / "results" / name).read_bytes(), name

@@ -2,6 +2,7 @@
 evidence and the guide change; results shaped like every scale build a guide."""
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -350,3 +351,31 @@ def test_disagreeing_and_undecided_cases_together_have_their_own_status():
     row = advice(table, "per-example code (vmap), compiled")
     assert row["status"] == "partly decided, depends on the case"
     assert "depends on the case" in row["this build suggests"]
+
+
+def test_the_published_evidence_lives_under_the_sites_address():
+    root = Path(__file__).resolve().parents[1]
+    assert evidence.published_results(root) == "https://deepdives.github.io/pytorch-vs-jax/results/"
+
+
+@pytest.mark.parametrize("as_address", [False, True], ids=["folder", "file-url"])
+def test_fetch_copies_every_evidence_file(tmp_path, as_address):
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for name in evidence.EVIDENCE_FILES:
+        (saved / name).write_text(f"{name}\n")
+    source = saved.as_uri() + "/" if as_address else str(saved)
+
+    copied = evidence.fetch(source, tmp_path / "read")
+
+    assert sorted(p.name for p in copied.iterdir()) == sorted(evidence.EVIDENCE_FILES)
+    assert (copied / "claims.csv").read_text() == "claims.csv\n"
+
+
+def test_fetch_refuses_a_partial_copy_naming_what_is_missing(tmp_path):
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "claims.csv").write_text("x\n")
+
+    with pytest.raises(FileNotFoundError, match=r"(?s)from file://.*provenance\.csv.*'published'"):
+        evidence.fetch(saved.as_uri(), tmp_path / "read")

@@ -14,6 +14,8 @@ chapter that saved nothing shows up as MISSING, never as a stale number.
 from __future__ import annotations
 
 import re
+import shutil
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,6 +106,48 @@ EVIDENCE = (
                   single={"torch": "single", "jax": "one device"}),
 )
 FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
+# What a build saves for chapter 6, and what the published site carries under results/.
+EVIDENCE_FILES = ("claims.csv", "provenance.csv", *(f"{c}.csv" for c in CHAPTERS))
+PUBLISHED = "published"  # DEEPDIVE_EVIDENCE=published: the site's own results/ folder
+HOW_TO_GET = ("To fill them, run chapters 1 to 5 first (make book, or each notebook in this "
+              "runtime), or read the evidence published with the site: set "
+              "DEEPDIVE_EVIDENCE=published (in a notebook, %env DEEPDIVE_EVIDENCE=published) "
+              "and run this page again.")
+
+
+def published_results(book: Path) -> str:
+    """The address of the evidence published with the site: `html.baseurl` + `results/`."""
+    config = (Path(book) / "_config.yml").read_text()
+    found = re.search(r"^\s+baseurl:\s*(\S+)\s*$", config, re.MULTILINE)
+    if not found:
+        raise ValueError(f"{Path(book) / '_config.yml'} names no html.baseurl to read from")
+    return found.group(1).rstrip("/") + "/results/"
+
+
+def fetch(source: str, into: Path) -> Path:
+    """Copy the evidence another build saved into `into`, and return it.
+
+    `source` is a folder, or an address (https://, file://) of one such as the published
+    site's `results/`. Every file of EVIDENCE_FILES must be there: a partial copy would
+    pass off missing chapters as this build's.
+    """
+    into = Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for name in EVIDENCE_FILES:
+        try:
+            if "://" in source:
+                with urllib.request.urlopen(source.rstrip("/") + "/" + name, timeout=30) as r:
+                    (into / name).write_bytes(r.read())
+            else:
+                shutil.copyfile(Path(source) / name, into / name)
+        except (OSError, ValueError) as error:  # URLError and HTTPError are OSErrors
+            missing.append(f"{name} ({error})")
+    if missing:
+        raise FileNotFoundError(f"could not read the saved evidence from {source}: "
+                                + "; ".join(missing) + ". DEEPDIVE_EVIDENCE takes a folder, "
+                                "an address of one, or 'published' (the site's results/).")
+    return into
 
 
 def load_all(directory: Path) -> dict[str, pd.DataFrame | None]:
@@ -131,8 +175,10 @@ def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
 
 
 def _empty(status: str, question: str, why: str) -> dict:
+    nan = float("nan")  # every column a claim row has, so a build without claims still tabulates
     return {"question": question, "verdict": status, "favours": status, "result": why,
-            "ratio": float("nan"), "device": "", "scale": ""}
+            "ratio": nan, "low": nan, "high": nan, "tie_band": nan, "candidate": "",
+            "baseline": "", "device": "", "scale": ""}
 
 
 def resolve_claim_ids(pattern: str, ids) -> list[str]:
