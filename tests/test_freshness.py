@@ -71,7 +71,7 @@ def test_sphinx_rereads_exactly_the_pages_that_force_their_execution():
     import importlib.util
 
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    assert config["sphinx"]["local_extensions"] == {"always_reread": "book/_ext"}
+    assert config["sphinx"]["local_extensions"]["always_reread"] == "book/_ext"
     spec = importlib.util.spec_from_file_location("always_reread",
                                                   ROOT / "book" / "_ext" / "always_reread.py")
     extension = importlib.util.module_from_spec(spec)
