@@ -55,6 +55,16 @@ def test_a_missing_package_gets_its_pin_and_nothing_else_moves():
     assert decision.replaced == {}
 
 
+def test_an_old_jax_moves_with_jaxlib_and_keeps_colabs_gpu_plugin_flavour():
+    installed = dict(COLAB_GPU, jax="0.6.0", jaxlib="0.6.0", flax="0.12.8")
+
+    decision = colab.decide(installed, MINIMUM, PINNED)
+
+    assert decision.install == ["jax[cuda12]==0.10.2", "jaxlib==0.10.2"]
+    assert decision.replaced == {"jax": "0.6.0", "jaxlib": "0.6.0"}
+    assert "torch" in decision.kept and "flax" in decision.kept
+
+
 def test_without_a_gpu_plugin_a_new_jax_is_the_cpu_pin():
     installed = {k: v for k, v in COLAB_GPU.items() if not k.startswith("jax")}
 
@@ -62,10 +72,41 @@ def test_without_a_gpu_plugin_a_new_jax_is_the_cpu_pin():
 
 
 def test_an_old_torch_brings_its_triton():
-    decision = colab.decide(dict(COLAB_GPU, torch="2.8.0+cu126"), MINIMUM, PINNED)
+    decision = colab.decide(dict(COLAB_GPU, torch="2.8.0+cu126"), MINIMUM, PINNED,
+                            torch_triton="3.4.0")
 
     assert {"torch==2.13.0", "triton==3.7.1"} <= set(decision.install)
     assert decision.replaced["triton"] == "3.6.0"
+
+
+def test_colabs_cpu_runtime_keeps_its_cpu_torch_and_only_adds_triton():
+    """Colab's CPU image has torch 2.11.0+cpu and no Triton: the torch stays."""
+    cpu = {k: v for k, v in COLAB_GPU.items() if not k.startswith(("jax-", "triton"))}
+    cpu["torch"] = "2.11.0+cpu"
+
+    decision = colab.decide(cpu, MINIMUM, PINNED, torch_triton=None)
+
+    assert "torch" in decision.kept and "triton==3.7.1" in decision.install
+    assert "jax[cpu]==0.10.2" in decision.install
+    assert not any(r.startswith("torch") for r in decision.install)
+
+
+def test_a_missing_triton_beside_a_kept_cuda_torch_is_the_one_that_torch_declares():
+    installed = {k: v for k, v in COLAB_GPU.items() if k != "triton"}
+
+    decision = colab.decide(installed, MINIMUM, PINNED, torch_triton="3.6.0")
+
+    assert "triton==3.6.0" in decision.install and "torch" in decision.kept
+
+
+def test_the_torch_here_declares_its_triton_or_none():
+    declared = colab.torch_declared_triton()
+    assert declared is None or Requirement(f"triton=={declared}")
+
+
+def test_a_tpu_runtime_is_refused_naming_the_fix():
+    with pytest.raises(colab.SetUpError, match="TPU runtime.*Change runtime type"):
+        colab.decide(dict(COLAB_GPU, libtpu="0.0.21"), MINIMUM, PINNED)
 
 
 def test_a_bare_interpreter_gets_every_pin():
@@ -103,8 +144,8 @@ def test_a_failed_install_names_the_requirement_and_the_address(monkeypatch):
 
     monkeypatch.setattr(colab.subprocess, "run", lambda *a, **k: Failed())
     with pytest.raises(colab.SetUpError, match=r"(?s)flax==0.12.8.*No matching.*"
-                       r"cloned from https://example\.org/book.*DEEPDIVE_REPO"):
-        colab.install(["flax==0.12.8"], "https://example.org/book")
+                       r"cloned from https://example\.org/book.*delete.*DEEPDIVE_REPO"):
+        colab.install(["flax==0.12.8"], "https://example.org/book", Path("/content/book"))
 
 
 def test_the_scale_is_chosen_in_a_fresh_process_and_its_refusal_surfaces(monkeypatch):
@@ -114,3 +155,52 @@ def test_the_scale_is_chosen_in_a_fresh_process_and_its_refusal_surfaces(monkeyp
     monkeypatch.setenv("DEEPDIVE_SCALE", "huge")
     with pytest.raises(colab.SetUpError, match="the scale could not be chosen"):
         colab.pick_scale(ROOT)
+
+
+def test_a_folder_that_is_not_a_clone_of_the_address_is_refused(tmp_path):
+    with pytest.raises(colab.SetUpError, match=r"holds no git clone, not a clone of .*delete"):
+        colab.check_clone(tmp_path, "https://example.org/book")
+
+
+@pytest.fixture
+def colab_runtime(monkeypatch, tmp_path):
+    """set_up with pip, git, the restart and the scale's process replaced by recorders."""
+    monkeypatch.chdir(tmp_path)  # set_up moves into the book's notebooks/
+    monkeypatch.setenv("PYTHONPATH", "")
+    monkeypatch.setenv("DEEPDIVE_SCALE", "")
+    done = {"install": [], "restart": 0}
+    monkeypatch.setattr(colab, "check_clone", lambda book, repo: None)
+    monkeypatch.setattr(colab, "torch_declared_triton", lambda: "3.6.0")
+    monkeypatch.setattr(colab, "install", lambda reqs, repo, book: done["install"].append(reqs))
+    monkeypatch.setattr(colab, "restart_runtime",
+                        lambda: done.__setitem__("restart", done["restart"] + 1))
+    monkeypatch.setattr(colab, "pick_scale", lambda book: "medium")
+    return done
+
+
+def test_set_up_restarts_when_pip_replaced_something_already_imported(colab_runtime, monkeypatch):
+    versions = iter([COLAB_GPU, dict(COLAB_GPU, jax="0.10.2", jaxlib="0.10.2", flax="0.12.8",
+                                     **{"jax-cuda12-plugin": "0.10.2"})])
+    monkeypatch.setattr(colab, "installed_versions", lambda: next(versions))
+    monkeypatch.setattr(colab.importlib.metadata, "packages_distributions",
+                        lambda: {"jax_plugins": ["jax-cuda12-plugin"], "numpy": ["numpy"]})
+    monkeypatch.setitem(colab.sys.modules, "jax_plugins", object())  # imported before
+
+    assert colab.set_up(ROOT, "https://example.org/book") == "restarting"
+    assert colab_runtime["install"] == [["flax==0.12.8", "jax[cuda12]==0.10.2",
+                                         "jaxlib==0.10.2"]]
+    assert colab_runtime["restart"] == 1
+
+
+def test_set_up_without_a_replaced_import_sets_the_scale_and_the_workers_path(colab_runtime,
+                                                                            monkeypatch):
+    current = dict(COLAB_GPU, jax="0.10.2", jaxlib="0.10.2", flax="0.12.8")
+    monkeypatch.setattr(colab, "installed_versions", lambda: current)
+
+    assert colab.set_up(ROOT, "https://example.org/book") == "medium"
+    assert colab_runtime == {"install": [], "restart": 0}
+    assert colab.os.environ["DEEPDIVE_SCALE"] == "medium"
+    assert colab.os.environ["PYTHONPATH"].split(colab.os.pathsep)[0] == str(ROOT / "src")
+    assert Path.cwd() == ROOT / "notebooks"
+    colab.set_up(ROOT, "https://example.org/book")  # run again: the path is not repeated
+    assert colab.os.environ["PYTHONPATH"].count(str(ROOT / "src")) == 1

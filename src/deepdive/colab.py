@@ -6,10 +6,10 @@ functions, tested without Colab; `set_up` does the installing and reports what i
 
 A preinstalled package is kept when it meets the book's minimum (`pyproject.toml`'s
 dependencies: the oldest versions every chapter was run with); a missing or older one gets
-the build's exact pin (`requirements-runtime.txt`). Packages that must move together move
-together: JAX, jaxlib and Flax (Flax's pin needs the pinned JAX), and torch with the Triton
-it pairs with. JAX keeps Colab's GPU plugin flavour (`jax[cuda12]`), so a replaced JAX
-stays on the GPU.
+the build's exact pin (`requirements-runtime.txt`). What must move together does: JAX with
+jaxlib (and pip brings the GPU plugin of the same version), a replaced torch with its
+Triton. A replaced JAX keeps Colab's GPU plugin flavour (`jax[cuda12]`), so it stays on the
+GPU; a missing Triton beside a kept torch is the version that torch declares, else the pin.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,8 +32,9 @@ except ImportError:  # a bare interpreter: pip carries its own copy
     from pip._vendor.packaging.requirements import Requirement
     from pip._vendor.packaging.version import Version
 
-# Replaced as one: Flax's pin requires the pinned JAX, and Triton must match its torch.
-FAMILIES = ({"jax", "jaxlib", "flax"}, {"torch", "triton"})
+# What a replaced package brings with it: jaxlib must equal JAX's version, and a torch
+# build pairs with one Triton. (Flax's pin needs JAX 0.10, which is JAX's minimum too.)
+MOVES_WITH = {"jax": {"jaxlib"}, "jaxlib": {"jax"}, "torch": {"triton"}}
 JAX_PLUGIN = re.compile(r"^jax-(cuda\d+)-plugin$")
 RUNTIME_FILE = "requirements-runtime.txt"
 
@@ -61,8 +63,27 @@ def pins(book: Path) -> dict[str, Requirement]:
 
 def installed_versions() -> dict[str, str]:
     """Every installed distribution's version, by canonical name."""
-    return {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()
-            if d.metadata["Name"]}
+    found = {}
+    for dist in importlib.metadata.distributions():
+        if dist.metadata["Name"]:  # the first copy on the path is the one imports use
+            found.setdefault(canonical(dist.metadata["Name"]), dist.version)
+    return found
+
+
+def torch_declared_triton() -> str | None:
+    """The Triton version the installed torch requires (CUDA builds do; CPU builds don't)."""
+    try:
+        requirements = importlib.metadata.requires("torch") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for line in requirements:
+        requirement = Requirement(line)
+        if canonical(requirement.name) != "triton":
+            continue
+        if requirement.marker is None or requirement.marker.evaluate():
+            versions = [spec.version for spec in requirement.specifier if spec.operator == "=="]
+            return versions[0] if versions else None
+    return None
 
 
 def jax_gpu_flavour(installed: Mapping[str, str]) -> str | None:
@@ -90,28 +111,37 @@ class Decision:
         return "\n".join(lines)
 
 
+class SetUpError(RuntimeError):
+    """The book could not be set up; the message says what to do."""
+
+
 def decide(installed: Mapping[str, str], minimum: Mapping[str, Requirement],
-           pinned: Mapping[str, Requirement]) -> Decision:
-    """Keep what meets its minimum; install the pin of the rest, with its whole family.
+           pinned: Mapping[str, Requirement], torch_triton: str | None = None) -> Decision:
+    """Keep what meets its minimum; install the pin of the rest, and what it moves with.
 
     Every name in `minimum` must have a pin: the two files describe the same packages.
+    `torch_triton` is the Triton the installed torch declares (`torch_declared_triton`).
     """
     unpinned = sorted(set(minimum) - set(pinned))
     if unpinned:
         raise ValueError(f"{RUNTIME_FILE} has no pin for {unpinned}; every dependency in "
                          "pyproject.toml needs one")
+    if "libtpu" in installed:
+        raise SetUpError("this is a TPU runtime; the book compares PyTorch and JAX on a GPU or "
+                         "a CPU. Choose one: Runtime > Change runtime type.")
     lacking = {name for name, requirement in minimum.items()
                if name not in installed
                or not requirement.specifier.contains(Version(installed[name]), prereleases=True)}
-    for family in FAMILIES:
-        if lacking & family:
-            lacking |= family & set(minimum)
+    lacking |= {partner for name in set(lacking) for partner in MOVES_WITH.get(name, ())
+                if partner in minimum}
     flavour = jax_gpu_flavour(installed)
     install = []
     for name in sorted(lacking):
         requirement = pinned[name]
         if name == "jax" and flavour:  # keep JAX on Colab's GPU: jax[cuda12], not jax[cpu]
             install.append(f"jax[{flavour}]{requirement.specifier}")
+        elif name == "triton" and "torch" not in lacking and torch_triton:
+            install.append(f"triton=={torch_triton}")  # the one the kept torch was built with
         else:
             install.append(str(requirement))
     return Decision(kept={n: installed[n] for n in minimum if n not in lacking},
@@ -132,32 +162,42 @@ def imported_among(replaced: Iterable[str], modules: Iterable[str],
                    if canonical(dist) in replaced})
 
 
-class SetUpError(RuntimeError):
-    """The book could not be set up; the message names the address and how to change it."""
+def _address_hint(repo: str, book: Path) -> str:
+    return (f"The book was cloned from {repo} into {book}. To use another copy, delete that "
+            "folder, set the address (%env DEEPDIVE_REPO=https://github.com/<you>/<fork>, or "
+            "a file:// path) and run this cell again.")
 
 
-def _address_hint(repo: str) -> str:
-    return (f"The book was cloned from {repo}. To use another copy, set its address "
-            "before this cell (%env DEEPDIVE_REPO=https://github.com/<you>/<fork>, or a "
-            "file:// path) and restart the runtime.")
+def check_clone(book: Path, repo: str) -> None:
+    """Refuse a folder that is not a clone of `repo` (an older address, a stray folder)."""
+    origin = subprocess.run(["git", "-C", str(book), "remote", "get-url", "origin"],
+                            capture_output=True, text=True)
+    if origin.returncode or origin.stdout.strip() != repo:
+        found = origin.stdout.strip() or "no git clone"
+        raise SetUpError(f"{book} holds {found}, not a clone of {repo}. "
+                         + _address_hint(repo, book))
 
 
-def install(requirements: list[str], repo: str) -> None:
+def install(requirements: list[str], repo: str, book: Path) -> None:
     """pip install, failing loudly (a notebook's %pip never raises)."""
     command = [sys.executable, "-m", "pip", "install", "--quiet", *requirements]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
         raise SetUpError(f"pip could not install {' '.join(requirements)}:\n{tail}\n"
-                         + _address_hint(repo))
+                         + _address_hint(repo, book))
+    importlib.invalidate_caches()
 
 
 def pick_scale(book: Path) -> str:
     """`deepdive.env.scale()` in a fresh process (this one must not import torch yet:
-    chapters pin threads first); its error, such as JAX on the CPU beside a GPU, is raised."""
-    environment = dict(os.environ, PYTHONPATH=str(Path(book) / "src"))
-    done = subprocess.run([sys.executable, "-c", "from deepdive import env; print(env.scale())"],
-                          capture_output=True, text=True, env=environment)
+    chapters pin threads first), after JAX has started its backend there, so a GPU plugin
+    that fails to load counts; its error, such as JAX on the CPU beside a GPU, is raised."""
+    paths = [str(Path(book) / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    probe = "import jax; jax.devices(); from deepdive import env; print(env.scale())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=environment)
     if done.returncode:
         raise SetUpError("the scale could not be chosen:\n"
                          + "\n".join(done.stderr.strip().splitlines()[-3:]))
@@ -166,6 +206,7 @@ def pick_scale(book: Path) -> str:
 
 def restart_runtime() -> None:
     """Colab restarts a kernel that exits; the reader runs the cells again from the top."""
+    time.sleep(1)  # let the message reach the notebook first
     os.kill(os.getpid(), 9)
 
 
@@ -175,22 +216,30 @@ def set_up(book: str | Path, repo: str) -> str:
     Returns the scale (also set as DEEPDIVE_SCALE for this kernel and its subprocesses).
     """
     book = Path(book)
+    check_clone(book, repo)
     minimum = minimums(book)
-    decision = decide(installed_versions(), minimum, pins(book))
+    before = installed_versions()
+    decision = decide(before, minimum, pins(book), torch_declared_triton())
     print(decision.summary(minimum))
+    changed = []
     if decision.install:
-        install(decision.install, repo)
+        install(decision.install, repo, book)
+        after = installed_versions()  # pip may move more than it was asked to (plugins)
+        changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
     # Worker processes (chapter 5) import the helpers from the clone, like this kernel.
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(book / "src"), os.environ.get("PYTHONPATH")) if p)
+    src = str(book / "src")
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if src not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [src, *paths]))
     os.chdir(book / "notebooks")  # results land in the clone's _build/results
-    stale = imported_among(decision.replaced, list(sys.modules),
+    stale = imported_among(changed, list(sys.modules),
                            importlib.metadata.packages_distributions())
     if stale:
         print(f"Restarting the runtime: {', '.join(stale)} had been imported before this "
               "cell replaced it. When it is back, run this cell again, then the rest.")
         sys.stdout.flush()
         restart_runtime()
+        return "restarting"
     scale = os.environ["DEEPDIVE_SCALE"] = pick_scale(book)
-    print(f"Scale: {scale} (DEEPDIVE_SCALE). The book's helpers: {book / 'src'}.")
+    print(f"Scale: {scale} (DEEPDIVE_SCALE). The book's helpers: {src}.")
     return scale

@@ -70,8 +70,10 @@ def stamp(chapter: str, device: str | None = None) -> Path:
     return target
 
 
-def load():
-    """The stamps as a DataFrame, or None before any chapter saved results."""
+def load(folder: Path | None = None):
+    """The stamps in `folder` (this build's results by default) as a DataFrame, or None
+    before any chapter saved results."""
     import pandas as pd
 
-    return pd.read_csv(path(), dtype=str) if path().exists() else None
+    file = Path(folder) / FILE_NAME if folder is not None else path()
+    return pd.read_csv(file, dtype=str) if file.exists() else None
