@@ -16,6 +16,8 @@ IPYKERNEL := $(shell grep '^ipykernel==' requirements.txt)
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/_build/inductor-cache
 # Reproducible hashing inside the build.
 export PYTHONHASHSEED := 0
+# A build's chapter 6 reads that build's own evidence, whatever a reader's shell exports.
+unexport DEEPDIVE_EVIDENCE
 # Names this build (UTC start and commit); each chapter stamps its results with it, so the
 # Reproduce page can say which build measured what (deepdive.provenance).
 ifndef DEEPDIVE_BUILD_ID

@@ -109,10 +109,21 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
 # What a build saves for chapter 6, and what the published site carries under results/.
 EVIDENCE_FILES = ("claims.csv", "provenance.csv", *(f"{c}.csv" for c in CHAPTERS))
 PUBLISHED = "published"  # DEEPDIVE_EVIDENCE=published: the site's own results/ folder
-HOW_TO_GET = ("To fill them, run chapters 1 to 5 first (make book, or each notebook in this "
-              "runtime), or read the evidence published with the site: set "
-              "DEEPDIVE_EVIDENCE=published (in a notebook, %env DEEPDIVE_EVIDENCE=published) "
-              "and run this page again.")
+HOW_TO_GET = ("To read the evidence published with the site, add a cell after the first one "
+              "with `%env DEEPDIVE_EVIDENCE=published` and run the page again from the top "
+              "(in Colab: Runtime, Run all). To measure your own, build the book (`make book`) "
+              "or run chapters 1 to 5 in the same copy of the book first; in Colab each "
+              "notebook opened from the site gets its own runtime, so run them from this one: "
+              "`!cd /content/book/notebooks && for n in 0[1-5]_*.ipynb; do jupyter nbconvert "
+              "--to notebook --execute --inplace $n; done`.")
+
+
+def other_build_note(source: str) -> str:
+    """The warning chapter 6 shows above evidence it read from another build."""
+    return (f"> **Read from another build.** The evidence and the guide below are the files "
+            f"another build saved, fetched from {source}, not measurements of this run: "
+            "wherever they say \"this build\", read \"the build that saved them\", named "
+            "with its machine in the provenance table.")
 
 
 def published_results(book: Path) -> str:
