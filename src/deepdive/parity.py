@@ -144,6 +144,20 @@ def model_parity(hf_model, nnx_model, images_nchw, labels) -> list[dict]:
 
 
 
+def against_reference(reference: dict, other: dict) -> list[dict]:
+    """Logits, loss and gradients of another implementation of the same model against a
+    reference run on the same weights and batch, with the same tolerances. Each run is
+    {"logits": array, "loss": float, "gradients": {name: array}}; chapter `04_vit_xla`
+    checks PyTorch/XLA and torchax this way against torch 2.13 eager."""
+    missing = set(reference["gradients"]) ^ set(other["gradients"])
+    if missing:
+        raise KeyError(f"the runs do not have the same parameters: {sorted(missing)}")
+    return [_compare(quantity, reference[quantity] if quantity == "gradients"
+                     else {quantity: reference[quantity]},
+                     other[quantity] if quantity == "gradients" else {quantity: other[quantity]},
+                     TOLERANCES[quantity]) for quantity in ("logits", "loss", "gradients")]
+
+
 def optimizer_parity(named_params: dict[str, np.ndarray], optimizers=None, *,
                      steps: int = OPTIMIZER_STEPS, seed: int = 0) -> list[dict]:
     """Feed identical gradients to each `OptimizerPair` and compare every parameter after

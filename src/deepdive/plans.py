@@ -158,6 +158,12 @@ SIZES = {
         "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (16, 32), 15),
         "full": ViTSizes(224, 16, 768, 12, 12, 3072, 1000, (32, 64, 128, 256), 30),
     },
+    # PyTorch/XLA and torchax on chapter 4's ViT (its sizes; on a CPU always `small`).
+    "04_vit_xla": {
+        "small": ViTSizes(32, 4, 64, 2, 4, 256, 10, (32,), 15),
+        "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (32,), 15),
+        "full": ViTSizes(224, 16, 768, 12, 12, 3072, 1000, (32,), 30),
+    },
     "05_distributed": {
         "small": DistributedSizes(256, 64, (2, 4)),
         "medium": DistributedSizes(512, 256, (2, 4)),
@@ -173,6 +179,7 @@ OTHER_S = {
     "02_jit_xla": {"small": 30.0, "medium": 90.0, "full": 180.0},
     "03_torch_compile": {"small": 45.0, "medium": 150.0, "full": 300.0},
     "04_vit_training": {"small": 60.0, "medium": 90.0, "full": 180.0},
+    "04_vit_xla": {"small": 30.0, "medium": 60.0, "full": 90.0},
     "05_distributed": {"small": 20.0, "medium": 60.0, "full": 90.0},
 }
 CHAPTERS = tuple(SIZES)
@@ -424,6 +431,21 @@ def _vit_works(s: ViTSizes, target: Target) -> list[Work]:
     return works
 
 
+def _xla_works(s: ViTSizes, target: Target) -> list[Work]:
+    """Six routes of one fp32 AdamW step at the seed's batch, timed together: torch 2.13
+    eager and the JAX twin in the chapter's process; torch 2.9 eager, PyTorch/XLA lazy and
+    compiled, and torchax in the worker. Each XLA route compiles in its first two steps
+    (the optimizer's state appears after the first), JAX and torchax once; every route's
+    weights, AdamW moments and gradients stay alive."""
+    layers, b = s.num_hidden_layers, s.ref_batch
+    calls = tuple(Call(vit_step_flops(s, b), dispatches=40 * layers) for _ in range(6))
+    compile_s = (4 * compile_seconds("jax.jit", target.kind, layers)
+                 + 2 * compile_seconds("torch.compile", target.kind, layers))
+    return [Work(f"ViT training step, six routes, batch {b}", calls, compile_s=compile_s,
+                 min_calls=s.min_steps, memory=6 * 16 * s.parameters
+                 + 2 * vit_activation_bytes(s, b))]
+
+
 def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
     """PyTorch: one process, then DDP and FSDP2 per device count in a fresh set of
     processes each (the checked steps, then 20 timed); JAX: one device and four layouts on
@@ -444,7 +466,7 @@ def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
 
 _BUILDERS = {"01_vmap": _vmap_works, "02_jit_xla": _jit_works,
              "03_torch_compile": _compile_works, "04_vit_training": _vit_works,
-             "05_distributed": _distributed_works}
+             "04_vit_xla": _xla_works, "05_distributed": _distributed_works}
 
 
 # The GPUs a reader has or rents, by short name, with the memory torch reports for them.

@@ -232,6 +232,10 @@ def compare(
     With `record_oom`, a variant that runs out of memory (`memory.is_out_of_memory`)
     becomes an `OutOfMemory` entry and the others go on; other errors always propagate.
     Chapter 4's batch-size sweep uses it.
+
+    A variant may also be an object with a ``runner(label, session)`` method that returns
+    a runner timed elsewhere (`deepdive.xla_route.Remote`: steps in another process, whose
+    own clock times each block); its blocks take their turns in the same rounds.
     """
     _check_options(variants, blocks, warmup, min_block_s, min_calls, sync)
     max_blocks = 2 * blocks if max_blocks is None else max_blocks
@@ -242,7 +246,8 @@ def compare(
     if unknown:
         raise KeyError(f"check names variants that do not exist: {sorted(unknown)}")
     session = next(_sessions)
-    runners = [_Runner(label, fn, sync, checks.get(label), session)
+    runners = [fn.runner(label, session) if _is_remote(fn)
+               else _Runner(label, fn, sync, checks.get(label), session)
                for label, fn in variants.items()]
     failed: dict[str, OutOfMemory] = {}
 
@@ -424,7 +429,7 @@ def _check_options(variants, blocks, warmup, min_block_s, min_calls, sync) -> No
     if not isinstance(variants, Mapping) or not variants:
         raise TypeError("variants must be a non-empty mapping of label -> zero-argument callable")
     for label, fn in variants.items():
-        if not callable(fn):
+        if not callable(fn) and not _is_remote(fn):
             raise TypeError(
                 f"variant {label!r} is a {type(fn).__name__}, not a callable; pass the "
                 "function itself (or a lambda), not its result"
@@ -439,6 +444,10 @@ def _check_options(variants, blocks, warmup, min_block_s, min_calls, sync) -> No
         raise TypeError(
             f"sync must be a callable such as deepdive.sync.block, or None; got {sync!r}"
         )
+
+
+def _is_remote(variant) -> bool:
+    return callable(getattr(variant, "runner", None))
 
 
 def _fmt(seconds: float) -> str:

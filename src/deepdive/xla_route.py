@@ -1,0 +1,239 @@
+"""Chapter 4's third route, PyTorch/XLA (and torchax), driven from the chapter's process.
+
+torch_xla 2.9, its newest release, requires torch 2.9; the book pins torch 2.13. So the
+route runs in a second environment built from `requirements-xla.txt` (`make xla-env`; the
+book's build makes it unless `DEEPDIVE_SKIP_XLA=1`) and in a worker process
+(`deepdive.xla_worker`) started with that environment's interpreter. This module decides
+whether the route runs in this build and on which device (pure functions, tested), saves
+the model and batch for the worker, talks to it, and plugs its steps into
+`deepdive.timing.compare` so they are timed in the same interleaved rounds as the
+chapter's own. Chapter `04_vit_xla` explains it.
+
+Imports only the standard library and numpy at module level: the worker imports the
+variant names from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+EAGER = "torch 2.9 eager"
+LAZY = "PyTorch/XLA lazy tensors"
+COMPILED = 'PyTorch/XLA torch.compile(backend="openxla")'
+TORCHAX = "torchax jax.jit"
+VARIANTS = (EAGER, LAZY, COMPILED, TORCHAX)
+
+REPO = Path(__file__).resolve().parents[2]
+REQUIREMENTS = REPO / "requirements-xla.txt"
+DEFAULT_PYTHON = REPO / ".venv-xla" / "bin" / "python"
+SKIP_VAR = "DEEPDIVE_SKIP_XLA"  # "1": do not build or run the side environment
+PYTHON_VAR = "DEEPDIVE_XLA_PYTHON"  # another interpreter with requirements-xla.txt's pins
+ENABLE = "make xla-env"
+# The packages whose versions must equal requirements-xla.txt's pins.
+CHECKED = ("torch", "torch_xla", "torchax", "jax", "transformers")
+# Where PyTorch/XLA stands on GPUs (the chapter cites it): XLA:CUDA deprecated in 2.8,
+# its CUDA plugin and build removed for later releases.
+GPU_SOURCES = ("https://github.com/pytorch/xla/pull/9295",
+               "https://github.com/pytorch/xla/pull/9597")
+
+
+@dataclass(frozen=True)
+class Status:
+    """Whether the route runs in this build, and the sentence the page shows when not."""
+
+    run: bool
+    reason: str = ""
+
+
+def decide(skip: str | None, python: Path, python_exists: bool, ci: bool) -> Status:
+    """Run the route, or say why not. Under CI a route that cannot run fails the build:
+    the side environment is part of every build there."""
+    skip_value = (skip or "").strip()
+    if skip_value not in ("", "0", "1"):
+        raise ValueError(f"{SKIP_VAR}={skip!r} is not understood; accepted: 1 (skip the "
+                         "PyTorch/XLA route), 0 or unset (run it)")
+    if skip_value == "1":
+        status = Status(False, f"not run in this build: {SKIP_VAR}=1 skipped the side "
+                               "environment (torch 2.9 with torch_xla, about 8 GB); to run it, "
+                               f"unset {SKIP_VAR} and run `{ENABLE}`, then rebuild")
+    elif not python_exists:
+        status = Status(False, f"not run in this build: no interpreter at {python} (the side "
+                               f"environment for torch_xla); `{ENABLE}` builds it, or set "
+                               f"{PYTHON_VAR} to one with requirements-xla.txt's pins")
+    else:
+        return Status(True)
+    if ci:
+        raise RuntimeError(f"CI=true and the PyTorch/XLA route is {status.reason}")
+    return status
+
+
+def status(environ=os.environ) -> Status:
+    """`decide` for this process's environment."""
+    python = side_python(environ)
+    return decide(environ.get(SKIP_VAR), python, python.is_file(),
+                  environ.get("CI", "").lower() == "true")
+
+
+def side_python(environ=os.environ) -> Path:
+    """The side environment's interpreter: ``DEEPDIVE_XLA_PYTHON``, else `.venv-xla`'s."""
+    chosen = environ.get(PYTHON_VAR, "").strip()
+    return Path(chosen) if chosen else DEFAULT_PYTHON
+
+
+def pins(path: Path = REQUIREMENTS) -> dict[str, str]:
+    """Exact pins (name -> version) of a requirements file; names normalised (_ and -)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([^\s;#]+)", line)
+        if match:
+            found[_normal(match[1])] = match[3]
+    return found
+
+
+def stale(installed: dict[str, str], pinned: dict[str, str]) -> list[str]:
+    """The checked packages whose installed version is not the pinned one (a local build
+    tag such as +cpu is ignored)."""
+    wrong = []
+    for name in CHECKED:
+        want, have = pinned.get(_normal(name)), installed.get(name)
+        if want is not None and (have or "").split("+")[0] != want:
+            wrong.append(f"{name} {have or 'missing'} (pinned {want})")
+    return wrong
+
+
+def xla_device(gpu_present: bool, cuda_plugin: bool) -> tuple[str, str]:
+    """The PJRT device the route runs on, and why. torch_xla 2.9 ships no XLA:CUDA (it
+    was deprecated in 2.8, GPU_SOURCES), so a GPU is used only where a CUDA plugin is
+    installed beside it; otherwise the route runs on the CPU, on a GPU machine too."""
+    if gpu_present and cuda_plugin:
+        return "CUDA", "a GPU is present and torch_xla's CUDA plugin is installed"
+    if gpu_present:
+        return "CPU", ("a GPU is present, but torch_xla 2.9 has no CUDA build (XLA:CUDA was "
+                       "deprecated in release 2.8 and its plugin removed), so the route "
+                       "runs on the CPU")
+    return "CPU", "no GPU: the route runs on the CPU, as the rest of this build does"
+
+
+def cuda_plugin(python: Path) -> bool:
+    """Whether the side environment has torch_xla's CUDA plugin (asked only on a GPU)."""
+    probe = ("import importlib.util, sys; "
+             "sys.exit(importlib.util.find_spec('torch_xla_cuda_plugin') is None)")
+    return subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
+
+
+def route_scale(build_scale: str, pjrt_device: str) -> str:
+    """The sizes the route runs at: the build's on a GPU it can use; `small` on a CPU (a
+    GPU build's medium or full ViT would take minutes per step there)."""
+    return build_scale if pjrt_device == "CUDA" else "small"
+
+
+def save_inputs(folder: Path, hf_model, images: np.ndarray, labels: np.ndarray) -> Path:
+    """The HF config, the weights (safetensors) and the batch, for the worker to load."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    hf_model.config.to_json_file(folder / "config.json")
+    save_file({k: v.detach().cpu().contiguous() for k, v in hf_model.state_dict().items()},
+              folder / "weights.safetensors")
+    np.savez(folder / "batch.npz", images=np.asarray(images, np.float32),
+             labels=np.asarray(labels, np.int64))
+    return folder
+
+
+class Worker:
+    """The worker process; `request` sends one request and returns its result."""
+
+    def __init__(self, python: Path, folder: Path, threads: int, pjrt_device: str = "CPU"):
+        self.folder = Path(folder)
+        self.log = self.folder / "worker.log"
+        src = str(REPO / "src")
+        environ = dict(os.environ, PJRT_DEVICE=pjrt_device,
+                       PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get(
+                           "PYTHONPATH")])),
+                       TF_CPP_MIN_LOG_LEVEL="2")
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [str(python), "-m", "deepdive.xla_worker"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log, text=True, env=environ, cwd=self.folder)
+        self.request("start", folder=str(self.folder), threads=threads)
+
+    def request(self, op: str, **args):
+        self.process.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the PyTorch/XLA worker stopped during {op!r} (exit code "
+                               f"{self.process.poll()}); its log ends:\n{self._log_tail()}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"the PyTorch/XLA worker failed in {op!r}:\n{reply['error']}")
+        return reply["ok"]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+    def _log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Remote:
+    """A worker variant as a `deepdive.timing.compare` entry: its blocks run in the
+    worker, between the chapter's own variants' blocks, and the worker's clock times them
+    (a request's own round trip is not part of a sample)."""
+
+    def __init__(self, worker: Worker, variant: str):
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; accepted: {', '.join(VARIANTS)}")
+        self.worker, self.variant = worker, variant
+        self.first_steps: dict | None = None
+
+    def runner(self, label: str, session: int):
+        return _RemoteRunner(self, label, session)
+
+
+class _RemoteRunner:
+    """`timing._Runner`'s interface, forwarded to the worker."""
+
+    def __init__(self, remote: Remote, label: str, session: int):
+        self.remote, self.label, self.session = remote, label, session
+        self.samples: list[float] = []
+        self.calls_per_block, self.first_call, self.recompiles = 1, float("nan"), 0
+        self.output = None
+
+    def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
+        steps = self.remote.worker.request(
+            "prepare", variant=self.remote.variant, warmup=warmup, min_block_s=min_block_s,
+            min_calls_per_block=min_calls_per_block, session=self.session)
+        self.remote.first_steps = steps
+        self.first_call, self.calls_per_block = steps["first_step_s"], steps["calls_per_block"]
+
+    def time_block(self) -> None:
+        block = self.remote.worker.request("time_block", variant=self.remote.variant)
+        self.samples.append(block["sample_s"])
+        self.recompiles += block["recompiles"]
+
+    def result(self):
+        from deepdive.timing import Timing
+
+        return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
+                      self.first_call, self.recompiles, self.session)
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()

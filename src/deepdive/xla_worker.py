@@ -1,0 +1,362 @@
+"""The PyTorch/XLA and torchax training steps of chapter 4's ViT, in their own environment.
+
+torch_xla's newest release (2.9) needs torch 2.9 and the book runs torch 2.13, so these
+routes run in a second environment (`requirements-xla.txt`, `make xla-env`) and in a
+process of their own. Chapter `04_vit_xla` starts this module with that environment's
+interpreter (`deepdive.xla_route.Worker`). It saves the HF config, the weights and the
+batch; this process builds every variant from them (the same weights, never
+re-initialised), returns each variant's logits, loss and gradients for the parity check,
+and times steps with `deepdive.timing`'s own runner, one block per request, so the
+chapter interleaves these blocks with its own variants' blocks in the same rounds.
+
+Protocol: one JSON request per line on stdin, one JSON reply per line on the stdout this
+process started with. Everything the libraries print goes to stderr instead, so a log
+line cannot break a reply. Arrays travel as .npz files in the shared folder.
+
+Only the standard library, numpy, torch 2.9, torch_xla, torchax, jax, optax, flax (which
+torchax imports) and transformers are here, with `deepdive.timing` and `deepdive.parity`
+(numpy at import).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from deepdive import parity
+from deepdive.timing import _Runner
+from deepdive.xla_route import COMPILED, EAGER, TORCHAX, VARIANTS
+
+
+class Session:
+    """The model, batch and built variants of one chapter run."""
+
+    def __init__(self, folder: str, threads: int):
+        import jax
+        import torch
+        import torch_xla.backends
+
+        torch.set_num_threads(threads)
+        # fp32 strict everywhere, as in chapter 4: full-precision matmuls in torch, in
+        # torch_xla's lowering and in JAX (torchax).
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch_xla.backends.set_mat_mul_precision("highest")
+        jax.config.update("jax_default_matmul_precision", "highest")
+        self.folder = Path(folder)
+        batch = np.load(self.folder / "batch.npz")
+        self.images, self.labels = batch["images"], batch["labels"]
+        self.steps: dict[str, object] = {}
+        self.runners: dict[str, _Runner] = {}
+
+    def hello(self) -> dict:
+        from importlib.metadata import version
+
+        import jax
+        import torch
+        import torch_xla
+
+        # Distribution versions: torchax's own __version__ string lags its releases.
+        return {"versions": {name: version(name) for name in
+                             ("torch", "torch_xla", "torchax", "jax", "jaxlib", "transformers")}
+                | {"python": sys.version.split()[0]},
+                "xla device": str(torch_xla.device()),
+                "PJRT_DEVICE": os.environ.get("PJRT_DEVICE"),
+                "torch_xla matmul precision": torch_xla.backends.get_mat_mul_precision(),
+                "jax matmul precision": str(jax.config.jax_default_matmul_precision),
+                "torch threads": torch.get_num_threads(),
+                "jax devices": [str(d) for d in jax.devices()]}
+
+    def model(self):
+        """HF's ViT from the saved config and weights, in fp32, with eager attention math."""
+        from safetensors.torch import load_file
+        from transformers import ViTConfig, ViTForImageClassification
+
+        config = ViTConfig.from_json_file(self.folder / "config.json")
+        model = ViTForImageClassification(config)
+        model.set_attn_implementation("eager")
+        model.load_state_dict(load_file(self.folder / "weights.safetensors"), strict=True)
+        return model.train()
+
+    def gradients(self, variant: str) -> dict:
+        """One forward and backward pass of `variant` on the batch; arrays to an .npz."""
+        _check_variant(variant)
+        gradients = _torchax_gradients if variant == TORCHAX else functools.partial(
+            torch_gradients, variant=variant)
+        run = gradients(self.model(), self.images, self.labels)
+        path = self.folder / f"gradients {variant}.npz".replace("/", "_")
+        save_run(path, run)
+        return {"path": str(path)}
+
+    def prepare(self, variant: str, warmup: int, min_block_s: float,
+                min_calls_per_block: int, session: int) -> dict:
+        """Build `variant`'s step; time its first and second steps (each synced) and count
+        the XLA compilations each one triggered; then size its blocks as `compare` does."""
+        _check_variant(variant)
+        build = _torchax_step if variant == TORCHAX else functools.partial(torch_step,
+                                                                             variant=variant)
+        step, sync = build(self.model(), self.images, self.labels)
+        runner = _Runner(variant, step, sync, None, session)
+        before = compilations()
+        first = runner._run(1)
+        after_first = compilations()
+        second = runner._run(1)
+        after_second = compilations()
+        runner.prepare(warmup, min_block_s, min_calls_per_block)
+        runner.first_call = first
+        runner.recompiles = 0
+        self.runners[variant] = runner
+        return {"first_step_s": first, "second_step_s": second,
+                "compiles_first_step": after_first - before,
+                "compiles_second_step": after_second - after_first,
+                "compiles_warmup": compilations() - after_second,
+                "calls_per_block": runner.calls_per_block}
+
+    def time_block(self, variant: str) -> dict:
+        """One timed block of `variant`: seconds per step, and compilations during it."""
+        runner = self.runners[variant]
+        before = compilations()
+        runner.time_block()
+        return {"sample_s": runner.samples[-1], "recompiles": compilations() - before}
+
+
+    def metrics(self) -> dict:
+        """torch_xla's compile and execute counts so far (its metrics report)."""
+        import torch_xla.debug.metrics as met
+
+        counts = {name: int((met.metric_data(name) or (0,))[0])
+                  for name in ("CompileTime", "ExecuteTime")}
+        counts |= {name: int(met.counter_value(name) or 0)
+                   for name in ("UncachedCompile", "CachedCompile")}
+        return counts
+
+
+def compilations() -> int:
+    """XLA compilations in this process so far: torch_xla's CompileTime metric counts every
+    graph it compiles (lazy or through Dynamo), JAX's monitoring every torchax/jax one."""
+    import torch_xla.debug.metrics as met
+
+    from deepdive.timing import compilations as jax_and_dynamo
+
+    data = met.metric_data("CompileTime")
+    torch_xla_compiles = data[0] if data else 0
+    # Dynamo's own graph count is left out: with the openxla backend each Dynamo graph is
+    # also an XLA compilation, counted above.
+    jax_only = jax_and_dynamo() - _dynamo_graphs()
+    return int(torch_xla_compiles) + int(jax_only)
+
+
+def _dynamo_graphs() -> int:
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; accepted: {', '.join(VARIANTS)}")
+
+
+def _device(variant: str):
+    """The XLA device for the XLA routes; for eager PyTorch, the device the route runs on
+    (PJRT_DEVICE, which the chapter sets in both processes)."""
+    import torch
+
+    if variant == EAGER:
+        return torch.device("cuda" if os.environ.get("PJRT_DEVICE") == "CUDA" else "cpu")
+    import torch_xla
+
+    return torch_xla.device()
+
+
+def _xla_sync(variant: str):
+    """Cut the lazy graph and wait for the device: what every timed XLA step ends with."""
+    if variant == EAGER:
+        return lambda: None
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    def sync():
+        torch_xla.sync()
+        xm.wait_device_ops()
+
+    return sync
+
+
+def _forward(model, variant: str):
+    import torch
+
+    return torch.compile(model, backend="openxla") if variant == COMPILED else model
+
+
+def save_run(path: Path, run: dict) -> None:
+    """A run (`deepdive.parity.against_reference`'s shape) as one .npz; `load_run` reads it."""
+    np.savez(path, logits=run["logits"], loss=np.asarray(run["loss"]),
+             **{f"grad:{name}": g for name, g in run["gradients"].items()})
+
+
+def load_run(path) -> dict:
+    with np.load(path) as data:
+        return {"logits": data["logits"], "loss": float(data["loss"]),
+                "gradients": {k.removeprefix("grad:"): data[k] for k in data.files
+                              if k.startswith("grad:")}}
+
+
+def torch_gradients(model, images, labels, *, variant=EAGER) -> dict:
+    """Logits, loss and every gradient of one fp32 pass of HF's model on `variant`'s
+    device; with the default, plain eager PyTorch (the chapter's reference, on torch 2.13)."""
+    import torch
+    import torch.nn.functional as F
+
+    device = _device(variant)
+    model = model.to(device)
+    forward = _forward(model, variant)
+    logits = forward(pixel_values=torch.as_tensor(images, device=device)).logits
+    loss = F.cross_entropy(logits.float(), torch.as_tensor(labels, device=device))
+    loss.backward()
+    _xla_sync(variant)()
+    return {"logits": logits.detach().cpu().numpy(), "loss": float(loss.item()),
+            "gradients": {name: p.grad.cpu().numpy() for name, p in model.named_parameters()}}
+
+
+def torch_step(model, images, labels, *, variant=EAGER):
+    """Chapter 4's PyTorch step (AdamW, loss on fp32 logits) on `variant`'s device; an XLA
+    step ends with `torch_xla.sync()` and `xm.wait_device_ops()`, so each is complete."""
+    import torch
+    import torch.nn.functional as F
+
+    device = _device(variant)
+    model = model.to(device)
+    optimizer = parity.torch_adamw(model.parameters(), parity.ADAMW)
+    forward = _forward(model, variant)
+    images = torch.as_tensor(images, device=device)
+    labels = torch.as_tensor(labels, device=device)
+    sync = _xla_sync(variant)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(forward(pixel_values=images).logits.float(), labels)
+        loss.backward()
+        optimizer.step()
+        sync()
+        return loss
+
+    return step, lambda _: sync()
+
+
+def _loss_module(model):
+    """The model and chapter 4's loss as one module, so torchax traces both."""
+    import torch
+    import torch.nn.functional as F
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, images, labels):
+            logits = self.model(pixel_values=images).logits
+            return F.cross_entropy(logits.float(), labels), logits
+
+    return WithLoss()
+
+
+def _torchax_parts(model):
+    import torchax
+
+    module = _loss_module(model)
+    states, call = torchax.extract_jax(module)
+    names = {name for name, _ in module.named_parameters()}
+    params = {k: v for k, v in states.items() if k in names}
+    buffers = {k: v for k, v in states.items() if k not in names}
+
+    def loss_fn(params, images, labels):
+        loss, logits = call({**buffers, **params}, (images, labels))
+        return loss, logits
+
+    return params, loss_fn
+
+
+def _torchax_gradients(model, images, labels):
+    import jax
+
+    params, loss_fn = _torchax_parts(model)
+    (loss, logits), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
+        params, images, labels)
+    return {"logits": np.asarray(logits), "loss": float(loss),
+            "gradients": {name.removeprefix("model."): np.asarray(g)
+                          for name, g in grads.items()}}
+
+
+def _torchax_step(model, images, labels):
+    """The same PyTorch model and loss traced by torchax into one `jax.jit` step with
+    optax's AdamW (proven equal to torch's in chapter 4); the state is donated."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    params, loss_fn = _torchax_parts(model)
+    transform = parity.optax_adamw(parity.ADAMW)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train(params, opt_state, images, labels):
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, images, labels)
+        updates, opt_state = transform.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    state = [params, transform.init(params)]
+    images, labels = jnp.asarray(images), jnp.asarray(labels)
+
+    def step():
+        state[0], state[1], loss = train(state[0], state[1], images, labels)
+        return loss
+
+    return step, jax.block_until_ready
+
+
+HANDLERS = ("hello", "gradients", "prepare", "time_block", "metrics")
+
+
+def serve(requests, replies) -> None:
+    """Answer requests until stdin closes: {"op": ..., "args": {...}} -> {"ok": result} or
+    {"error": traceback}. The first request must be {"op": "start", ...}."""
+    session = None
+    for line in requests:
+        request = json.loads(line)
+        op, args = request.get("op"), request.get("args", {})
+        started = time.perf_counter()
+        try:
+            if op == "start":
+                session = Session(**args)
+                result = {}
+            elif op in HANDLERS and session is not None:
+                result = getattr(session, op)(**args)
+            else:
+                raise ValueError(f"unknown or premature request {op!r}; accepted: start, then "
+                                 f"{', '.join(HANDLERS)}")
+            reply = {"ok": result, "seconds": time.perf_counter() - started}
+        except Exception:
+            reply = {"error": traceback.format_exc()}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # library prints go to stderr; replies keep the original stdout
+    sys.stdout = sys.stderr
+    serve(sys.stdin, replies)
+
+
+if __name__ == "__main__":
+    main()

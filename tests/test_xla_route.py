@@ -1,0 +1,223 @@
+"""The PyTorch/XLA route's decisions (pure, with no side environment), its worker protocol,
+its place in `compare`, and, where the side environment exists (always under CI), the
+worker itself: it loads the saved weights and matches torch 2.13 eager, and a broken
+weight fails the parity check."""
+
+import copy
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deepdive import parity, timing, xla_route, xla_worker
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = Path("/nonexistent/python")
+
+
+def test_the_route_runs_when_the_side_interpreter_exists():
+    assert xla_route.decide(None, PYTHON, True, ci=False) == xla_route.Status(True)
+    assert xla_route.decide("0", PYTHON, True, ci=True).run
+
+
+def test_skipping_says_why_and_the_one_command_that_enables_it():
+    status = xla_route.decide("1", PYTHON, True, ci=False)
+    assert not status.run
+    assert "not run in this build" in status.reason
+    assert "DEEPDIVE_SKIP_XLA=1" in status.reason and "`make xla-env`" in status.reason
+
+
+def test_a_missing_interpreter_names_the_path_and_the_fix():
+    status = xla_route.decide(None, PYTHON, False, ci=False)
+    assert not status.run and str(PYTHON) in status.reason and "make xla-env" in status.reason
+
+
+@pytest.mark.parametrize(("skip", "exists"), [("1", True), (None, False)])
+def test_under_ci_a_route_that_cannot_run_fails(skip, exists):
+    with pytest.raises(RuntimeError, match="CI=true"):
+        xla_route.decide(skip, PYTHON, exists, ci=True)
+
+
+def test_an_unknown_skip_value_is_refused_with_the_accepted_ones():
+    with pytest.raises(ValueError, match="accepted: 1"):
+        xla_route.decide("yes", PYTHON, True, ci=False)
+
+
+def test_status_reads_the_environment(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("")
+    assert xla_route.status({"DEEPDIVE_XLA_PYTHON": str(python)}).run
+    assert not xla_route.status({"DEEPDIVE_XLA_PYTHON": str(tmp_path / "none")}).run
+    with pytest.raises(RuntimeError):
+        xla_route.status({"DEEPDIVE_XLA_PYTHON": str(python), "DEEPDIVE_SKIP_XLA": "1",
+                          "CI": "true"})
+
+
+def test_the_pins_are_read_from_requirements_xla():
+    pins = xla_route.pins()
+    assert pins["torch"] == "2.9.0" and pins["torch_xla"] == "2.9.0"
+    assert {"torchax", "jax", "transformers"} <= set(pins)
+
+
+def test_stale_names_each_version_that_differs_and_ignores_local_build_tags():
+    pins = {"torch": "2.9.0", "torch_xla": "2.9.0", "torchax": "0.0.13"}
+    assert xla_route.stale({"torch": "2.9.0+cu128", "torch_xla": "2.9.0",
+                            "torchax": "0.0.13"}, pins) == []
+    wrong = xla_route.stale({"torch": "2.13.0", "torch_xla": "2.9.0"}, pins)
+    assert wrong == ["torch 2.13.0 (pinned 2.9.0)", "torchax missing (pinned 0.0.13)"]
+
+
+def test_the_gpu_is_used_only_with_a_cuda_plugin():
+    assert xla_route.xla_device(True, True)[0] == "CUDA"
+    device, why = xla_route.xla_device(True, False)
+    assert device == "CPU" and "deprecated" in why
+    assert xla_route.xla_device(False, False)[0] == "CPU"
+    assert xla_route.route_scale("full", "CPU") == "small"
+    assert xla_route.route_scale("medium", "CUDA") == "medium"
+
+
+def test_the_worker_answers_errors_as_data_and_refuses_work_before_start():
+    replies = io.StringIO()
+    xla_worker.serve(['{"op": "hello"}\n', '{"op": "explode"}\n'], replies)
+    first, second = (json.loads(line) for line in replies.getvalue().splitlines())
+    assert "premature" in first["error"] and "accepted: start" in first["error"]
+    assert "explode" in second["error"]
+
+
+class FakeRemote:
+    """A remote variant whose samples are known, recording when its blocks ran."""
+
+    def __init__(self, log, seconds):
+        self.log, self.seconds = log, seconds
+
+    def runner(self, label, session):
+        remote = self
+
+        class Runner:
+            def __init__(self):
+                self.label, self.samples, self.output = label, [], None
+
+            def prepare(self, *_):
+                remote.log.append(("prepare", label))
+
+            def time_block(self):
+                remote.log.append(("block", label))
+                self.samples.append(remote.seconds)
+
+            def result(self):
+                return timing.Timing(label, np.asarray(self.samples), 1, 0.5, 0, session)
+
+        return Runner()
+
+
+def test_compare_interleaves_a_remote_variant_and_takes_its_own_samples():
+    log = []
+
+    def local():
+        log.append(("call", "local"))
+
+    result = timing.compare({"local": local, "remote": FakeRemote(log, 0.25)}, blocks=3,
+                            max_blocks=3,
+                            min_block_s=0.0)
+    assert result["remote"].median == 0.25 and result["remote"].n == 3
+    blocks = [entry for entry in log if entry[0] == "block"]
+    assert len(blocks) == 3
+    # Each round has one block of each: the remote's blocks are spread over the rounds.
+    positions = [i for i, entry in enumerate(log) if entry == ("block", "remote")]
+    assert any(entry == ("call", "local") for entry in log[positions[0]:positions[-1]])
+
+
+def test_parity_against_a_reference_passes_equal_runs_and_fails_a_transposed_gradient():
+    rng = np.random.default_rng(0)
+    run = {"logits": rng.standard_normal((4, 3)), "loss": 1.5,
+           "gradients": {"a": rng.standard_normal((3, 3)), "b": rng.standard_normal(3)}}
+    parity.assert_parity(parity.against_reference(run, copy.deepcopy(run)))
+    broken = copy.deepcopy(run)
+    broken["gradients"]["a"] = broken["gradients"]["a"].T
+    with pytest.raises(AssertionError, match="gradients"):
+        parity.assert_parity(parity.against_reference(run, broken))
+    del broken["gradients"]["b"]
+    with pytest.raises(KeyError, match="same parameters"):
+        parity.against_reference(run, broken)
+
+
+def test_make_builds_the_side_environment_unless_skipped():
+    def dry_run(*extra):
+        return subprocess.run(["make", "-n", "-W", "requirements-xla.txt", "book", *extra],
+                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    assert "pip install --quiet -r requirements-xla.txt" in dry_run()
+    assert "requirements-xla.txt" not in dry_run("DEEPDIVE_SKIP_XLA=1")
+
+
+SIDE = xla_route.side_python()
+needs_side = pytest.mark.skipif(
+    not SIDE.is_file() and os.environ.get("CI") != "true",
+    reason=f"no side environment at {SIDE} (`make xla-env`); under CI this fails instead")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A one-layer ViT, saved as the chapter saves its model, and the worker on it."""
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(image_size=8, patch_size=4, hidden_size=16, num_hidden_layers=1,
+                       num_attention_heads=2, intermediate_size=32, num_labels=3)
+    torch.manual_seed(1)
+    model = ViTForImageClassification(config)
+    model.set_attn_implementation("eager")
+    rng = np.random.default_rng(1)
+    images = rng.standard_normal((2, 3, 8, 8), dtype=np.float32)
+    labels = rng.integers(0, 3, 2)
+    folder = xla_route.save_inputs(tmp_path_factory.mktemp("xla"), model, images, labels)
+    with xla_route.Worker(SIDE, folder, threads=1) as worker:
+        yield model, images, labels, folder, worker
+
+
+@needs_side
+def test_the_side_environment_has_its_pins(tiny):
+    *_, worker = tiny
+    hello = worker.request("hello")
+    assert xla_route.stale(hello["versions"], xla_route.pins()) == []
+    assert hello["xla device"].startswith("xla") and hello["PJRT_DEVICE"] == "CPU"
+
+
+@needs_side
+@pytest.mark.parametrize("variant", [xla_route.LAZY, xla_route.TORCHAX])
+def test_the_worker_matches_torch_2_13_eager_on_the_saved_weights(tiny, variant):
+    model, images, labels, _, worker = tiny
+    reference = xla_worker.torch_gradients(copy.deepcopy(model), images, labels)
+    run = xla_worker.load_run(worker.request("gradients", variant=variant)["path"])
+    parity.assert_parity(parity.against_reference(reference, run))
+
+
+@needs_side
+def test_a_broken_weight_in_the_worker_fails_the_parity_check(tiny, tmp_path):
+    import torch
+
+    model, images, labels, _, _ = tiny
+    broken = copy.deepcopy(model)
+    query = broken.vit.layers[0].attention.q_proj.weight
+    with torch.no_grad():
+        query.copy_(query.T.clone())  # square: every shape still fits
+    folder = xla_route.save_inputs(tmp_path, broken, images, labels)
+    with xla_route.Worker(SIDE, folder, threads=1) as worker:
+        run = xla_worker.load_run(worker.request("gradients", variant=xla_route.LAZY)["path"])
+    reference = xla_worker.torch_gradients(copy.deepcopy(model), images, labels)
+    with pytest.raises(AssertionError):
+        parity.assert_parity(parity.against_reference(reference, run))
+
+
+@needs_side
+def test_a_remote_route_is_timed_in_compare_with_its_first_steps_apart(tiny):
+    *_, worker = tiny
+    remote = xla_route.Remote(worker, xla_route.LAZY)
+    result = timing.compare({"lazy": remote}, blocks=2, max_blocks=2, min_block_s=0.0)["lazy"]
+    assert result.n == 2 and result.median > 0 and result.recompiles == 0
+    steps = remote.first_steps
+    assert steps["compiles_first_step"] >= 1 and steps["first_step_s"] > result.median
