@@ -16,9 +16,10 @@ XLA_VENV := .venv-xla
 XLA_STAMP := $(XLA_VENV)/.deepdive-installed
 # DEEPDIVE_SKIP_XLA=1 (make's variable or the shell's) skips the side environment; the
 # PyTorch/XLA chapter then says it did not run and how to enable it. Under CI it fails.
+# DEEPDIVE_XLA_PYTHON names another interpreter with the same pins: nothing is built then.
 DEEPDIVE_SKIP_XLA ?= 0
 export DEEPDIVE_SKIP_XLA
-XLA_ENV_IF_WANTED := $(if $(filter 1,$(DEEPDIVE_SKIP_XLA)),,$(XLA_STAMP))
+XLA_ENV_IF_WANTED := $(if $(filter 1,$(DEEPDIVE_SKIP_XLA))$(DEEPDIVE_XLA_PYTHON),,$(XLA_STAMP))
 # A kernel needs ipykernel, which Colab and every Jupyter have: the build's pin of it.
 IPYKERNEL := $(shell grep '^ipykernel==' requirements.txt)
 # Inductor's compiled kernels live with the build, so `make clean` clears them too.

@@ -47,6 +47,8 @@ def claim_ids(shape):
           for batch in shape["vit_batches"] for name in ("fused_jax_vs_torch", "split_vs_nnx")]
     if shape["bf16"]:
         c4.append(("04_vit_training", "bf16_fused_jax_vs_torch", "ViT step, bf16"))
+    c4 += [("04_vit_xla", name, "ViT training step, batch 32, CPU")
+           for name in ("xla_lazy_vs_jax", "xla_compile_vs_jax")]
     c5 = [("05_distributed", f"{name}_x{n}_{tail}", f"MLP training step, {n} devices")
           for n in shape["devices"]
           for name, tail in (("dp", "vs_one"), ("fsdp", "vs_dp"))]
@@ -379,3 +381,16 @@ def test_fetch_refuses_a_partial_copy_naming_what_is_missing(tmp_path):
 
     with pytest.raises(FileNotFoundError, match=r"(?s)from file://.*provenance\.csv.*'published'"):
         evidence.fetch(saved.as_uri(), tmp_path / "read")
+
+
+def test_a_skipped_pytorch_xla_page_is_not_measured_not_missing():
+    """DEEPDIVE_SKIP_XLA=1 builds save no claims from the PyTorch/XLA page: its row says
+    why, while the other chapters' rows are read as usual."""
+    table = evidence.evidence_table(results_for(skip=("04_vit_xla",)))
+    xla = table[table["group"] == "xla_route"]
+    assert len(xla) == 1 and xla["favours"].iat[0] == evidence.NOT_MEASURED
+    assert "did not run its route" in xla["result"].iat[0]
+    assert evidence.MISSING not in set(table["favours"])
+    ran = evidence.evidence_table(results_for())
+    assert set(ran[ran["group"] == "xla_route"]["key"]) == {"xla_lazy_vs_jax",
+                                                             "xla_compile_vs_jax"}

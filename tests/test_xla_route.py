@@ -71,21 +71,84 @@ def test_stale_names_each_version_that_differs_and_ignores_local_build_tags():
     assert wrong == ["torch 2.13.0 (pinned 2.9.0)", "torchax missing (pinned 0.0.13)"]
 
 
-def test_the_gpu_is_used_only_with_a_cuda_plugin():
-    assert xla_route.xla_device(True, True)[0] == "CUDA"
-    device, why = xla_route.xla_device(True, False)
-    assert device == "CPU" and "deprecated" in why
-    assert xla_route.xla_device(False, False)[0] == "CPU"
-    assert xla_route.route_scale("full", "CPU") == "small"
-    assert xla_route.route_scale("medium", "CUDA") == "medium"
+def test_the_route_runs_on_the_cpu_even_beside_a_gpu_and_says_why():
+    device, why = xla_route.route_device(gpu_present=True)
+    assert device == "CPU" and "deprecated" in why and "no CUDA build" in why
+    assert xla_route.route_device(gpu_present=False)[0] == "CPU"
+    assert xla_route.SCALE == "small"
 
 
-def test_the_worker_answers_errors_as_data_and_refuses_work_before_start():
+def test_the_worker_answers_errors_as_data_and_only_versions_before_start():
     replies = io.StringIO()
-    xla_worker.serve(['{"op": "hello"}\n', '{"op": "explode"}\n'], replies)
-    first, second = (json.loads(line) for line in replies.getvalue().splitlines())
-    assert "premature" in first["error"] and "accepted: start" in first["error"]
-    assert "explode" in second["error"]
+    xla_worker.serve(['{"op": "hello"}\n', '{"op": "explode"}\n', "not json\n",
+                      '{"op": "versions", "args": {"names": ["numpy", "no-such-dist"]}}\n'],
+                     replies)
+    first, second, third, fourth = (json.loads(line) for line in replies.getvalue().splitlines())
+    assert "premature" in first["error"] and "accepted: versions, start" in first["error"]
+    assert "explode" in second["error"] and "JSONDecodeError" in third["error"]
+    assert fourth["ok"] == {"numpy": np.__version__, "no-such-dist": None}
+
+
+def fake_interpreter(tmp_path, body):
+    """A stand-in for the side interpreter: a shell script that ignores its arguments."""
+    script = tmp_path / "python"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_worker_that_dies_is_reported_with_its_exit_code_and_log(tmp_path):
+    python = fake_interpreter(tmp_path, "echo 'no torch here' >&2; exit 3")
+    with pytest.raises(RuntimeError, match=r"stopped during 'versions' \(exit code 3\)"
+                                           r"[\s\S]*no torch here"):
+        xla_route.Worker(python, tmp_path, threads=1)
+
+
+def test_a_worker_that_hangs_is_stopped_after_the_timeout(tmp_path):
+    python = fake_interpreter(tmp_path, "exec sleep 30")
+    with pytest.raises(TimeoutError, match="did not answer 'versions'"):
+        xla_route.Worker(python, tmp_path, threads=1, timeout_s=0.5)
+
+
+class FakeWorker:
+    """Answers `prepare` and `time_block` as the worker does, with known numbers."""
+
+    def __init__(self, losses):
+        self.losses, self.requests = losses, []
+
+    def request(self, op, **args):
+        self.requests.append(op)
+        if op == "prepare":
+            return {"first_step_s": 2.0, "second_step_s": 1.0, "losses": self.losses,
+                    "calls_per_block": 3}
+        return {"sample_s": 0.01 * len(self.requests), "recompiles": 1}
+
+
+def test_a_remote_variant_checks_its_first_steps_then_reports_the_workers_samples():
+    worker = FakeWorker([2.0, 1.9])
+    seen = []
+    remote = xla_route.Remote(worker, xla_route.LAZY, check=seen.append)
+    result = timing.compare({"lazy": remote}, blocks=3, max_blocks=3)["lazy"]
+    assert seen[0]["losses"] == [2.0, 1.9] and remote.first_steps is seen[0]
+    assert result.first_call == 2.0 and result.calls_per_block == 3 and result.n == 3
+    assert result.recompiles == 3 and list(result.samples) == [0.02, 0.03, 0.04]
+
+
+def test_a_failed_first_steps_check_stops_before_any_block_is_timed():
+    worker = FakeWorker([9.0, 9.0])
+
+    def check(report):
+        raise AssertionError(f"wrong losses {report['losses']}")
+
+    with pytest.raises(AssertionError, match="wrong losses"):
+        timing.compare({"lazy": xla_route.Remote(worker, xla_route.LAZY, check=check)})
+    assert "time_block" not in worker.requests
+
+
+def test_compare_refuses_a_check_for_a_remote_variant():
+    with pytest.raises(ValueError, match="timed elsewhere"):
+        timing.compare({"lazy": xla_route.Remote(FakeWorker([]), xla_route.LAZY)},
+                       check={"lazy": lambda output: None})
 
 
 class FakeRemote:
@@ -145,13 +208,20 @@ def test_parity_against_a_reference_passes_equal_runs_and_fails_a_transposed_gra
         parity.against_reference(run, broken)
 
 
-def test_make_builds_the_side_environment_unless_skipped():
+def test_make_builds_the_side_environment_unless_skipped_or_given():
+    # Run from `make test`, the child make would inherit the parent's variables.
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "DEEPDIVE_SKIP_XLA",
+                            "DEEPDIVE_XLA_PYTHON")}
+
     def dry_run(*extra):
         return subprocess.run(["make", "-n", "-W", "requirements-xla.txt", "book", *extra],
-                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+                              cwd=ROOT, capture_output=True, text=True, check=True,
+                              env=environ).stdout
 
-    assert "pip install --quiet -r requirements-xla.txt" in dry_run()
+    assert "pip install --quiet -r requirements-xla.txt" in dry_run("DEEPDIVE_SKIP_XLA=0")
     assert "requirements-xla.txt" not in dry_run("DEEPDIVE_SKIP_XLA=1")
+    assert "requirements-xla.txt" not in dry_run("DEEPDIVE_XLA_PYTHON=/usr/bin/python3")
 
 
 SIDE = xla_route.side_python()
@@ -182,13 +252,21 @@ def tiny(tmp_path_factory):
 @needs_side
 def test_the_side_environment_has_its_pins(tiny):
     *_, worker = tiny
+    pinned = xla_route.pins()
+    assert xla_route.stale(worker.request("versions", names=sorted(pinned)), pinned) == []
     hello = worker.request("hello")
-    assert xla_route.stale(hello["versions"], xla_route.pins()) == []
     assert hello["xla device"].startswith("xla") and hello["PJRT_DEVICE"] == "CPU"
 
 
 @needs_side
-@pytest.mark.parametrize("variant", [xla_route.LAZY, xla_route.TORCHAX])
+def test_a_side_environment_without_the_pins_is_refused_by_name(tmp_path):
+    refused = r"torch 2\.9\.0\S* \(pinned 0\.0\.1\)[\s\S]*make xla-env"
+    with pytest.raises(RuntimeError, match=refused):
+        xla_route.Worker(SIDE, tmp_path, threads=1, pinned={"torch": "0.0.1"})
+
+
+@needs_side
+@pytest.mark.parametrize("variant", xla_route.PARITY_VARIANTS)
 def test_the_worker_matches_torch_2_13_eager_on_the_saved_weights(tiny, variant):
     model, images, labels, _, worker = tiny
     reference = xla_worker.torch_gradients(copy.deepcopy(model), images, labels)
@@ -214,10 +292,24 @@ def test_a_broken_weight_in_the_worker_fails_the_parity_check(tiny, tmp_path):
 
 
 @needs_side
-def test_a_remote_route_is_timed_in_compare_with_its_first_steps_apart(tiny):
-    *_, worker = tiny
-    remote = xla_route.Remote(worker, xla_route.LAZY)
-    result = timing.compare({"lazy": remote}, blocks=2, max_blocks=2, min_block_s=0.0)["lazy"]
-    assert result.n == 2 and result.median > 0 and result.recompiles == 0
+def test_a_remote_route_is_timed_with_its_first_steps_and_compilations_apart(tiny):
+    model, images, labels, folder, _ = tiny
+    reference = xla_worker.torch_step(copy.deepcopy(model), images, labels)[0]
+    expected = [reference().item(), reference().item()]
+    with xla_route.Worker(SIDE, folder, threads=1) as fresh:  # nothing compiled yet
+        remote = xla_route.Remote(fresh, xla_route.LAZY)
+        # An eager CPU backward first, as in the chapter: the XLA device must exist before
+        # autograd's first backward, or XLA's backward finds no queue.
+        result = timing.compare({"eager": xla_route.Remote(fresh, xla_route.EAGER),
+                                 "lazy": remote}, blocks=2, max_blocks=2,
+                                min_block_s=0.0)["lazy"]
+        metrics = fresh.request("metrics")
     steps = remote.first_steps
-    assert steps["compiles_first_step"] >= 1 and steps["first_step_s"] > result.median
+    assert result.n == 2 and result.median > 0 and result.recompiles == 0
+    # The optimizer's state appears after step 1, so step 2's graph is new.
+    assert steps["xla_first_step"] >= 1 and steps["xla_second_step"] >= 1
+    assert steps["first_step_s"] > result.median
+    # torch_xla's own counter of compilations that missed its cache agrees with the count.
+    compiled = steps["xla_first_step"] + steps["xla_second_step"] + steps["xla_sizing"]
+    assert metrics["UncachedCompile"] == compiled
+    np.testing.assert_allclose(steps["losses"], expected, **parity.TOLERANCES["loss curve"])

@@ -67,7 +67,8 @@ class Claims:
         self._device, self._scale = device or env.device_label(), env.scale()
 
     def compare(self, claim_id: str, question: str, baseline: Timing, candidate: Timing,
-                headline: bool = False, control: Timing | None = None) -> Claim:
+                headline: bool = False, control: Timing | None = None,
+                band: TieBand | None = None) -> Claim:
         """Decide `candidate` against `baseline` (interleaved timings) and record it.
 
         `question` names both sides and the scope (workload, size), e.g. "dot products,
@@ -75,14 +76,20 @@ class Claims:
         in the chapter's "What this build found" box. `control` is a separately built copy
         of the baseline timed in the same rounds (an A/A pair): when its interval reaches
         further from 1 than the chapter's band, that reach is this claim's band, since
-        a workload can spread more than the small ones the band was measured on.
+        a workload can spread more than the small ones the band was measured on. `band`
+        replaces the chapter's band for this claim (one widened by an A/A pair of another
+        workload timed in the same rounds, `verdict.widen`); it may not be narrower.
         """
         if not claim_id.isidentifier():
             raise ValueError(f"claim_id must be a Python identifier (it names glue keys), "
                              f"got {claim_id!r}")
         if claim_id in self.claims:
             raise ValueError(f"claim {claim_id!r} is already recorded in {self.chapter}")
-        band = self.band if control is None else widen(self.band, baseline, control)
+        if band is not None and (not isinstance(band, TieBand) or band.width < self.band.width):
+            raise ValueError(f"band must be a TieBand at least as wide as the chapter's "
+                             f"(±{self.band.width:.3f}), got {band!r}")
+        band = band or self.band
+        band = band if control is None else widen(band, baseline, control)
         v = decide(baseline, candidate, band)
         claim = Claim(self.chapter, claim_id, question, v.ratio, v.low, v.high, v.verdict,
                       v.noisy, v.n, self._device, self._scale, band.width, v.baseline,

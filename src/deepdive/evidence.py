@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training", "05_distributed")
+CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training", "04_vit_xla",
+            "05_distributed")
 MISSING = "MISSING"
 NOT_MEASURED = "not measured in this build"
 INCONCLUSIVE = "inconclusive on this build"
@@ -37,8 +38,9 @@ class FromClaim:
     names every saved claim it matches. `favours` maps the verdict of a claim's candidate
     against its baseline ("faster", "slower") to what that verdict favours; a tie favours
     neither ("even"). `absent` is what an `optional` group says where no claim matches
-    (claims made only on some builds, e.g. compiled bf16 only on a GPU); a required
-    pattern without a match is an error."""
+    (claims made only on some builds, e.g. compiled bf16 only on a GPU, or none at all
+    from a chapter that can be skipped, the PyTorch/XLA page); a required pattern without
+    a match is an error."""
 
     key: str
     topic: str
@@ -47,6 +49,7 @@ class FromClaim:
     favours: dict = field(hash=False)
     optional: bool = False
     absent: str = ""
+    skippable: bool = False  # the chapter may save no claims at all (then `absent`)
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,10 @@ EVIDENCE = (
                      "compiled steps on a GPU only (it times bf16 within each framework)"),
     FromClaim("nnx_split", "training", "04_vit_training", ("split_vs_nnx_b{n}",),
               {"faster": "split/merge", "slower": "nnx.jit"}),
+    FromClaim("xla_route", "training", "04_vit_xla", ("xla_lazy_vs_jax", "xla_compile_vs_jax"),
+              _torch_if_faster(), optional=True, skippable=True,
+              absent="the PyTorch/XLA page did not run its route in this build (its side "
+                     "environment was skipped or missing)"),
     FromClaim("data_parallel", "scaling", "05_distributed", ("dp_x{n}_vs_one",),
               {"faster": "data parallel", "slower": "one device"}),
     FromClaim("fsdp_time", "scaling", "05_distributed", ("fsdp_x{n}_vs_dp",),
@@ -112,8 +119,9 @@ PUBLISHED = "published"  # DEEPDIVE_EVIDENCE=published: the site's own results/ 
 HOW_TO_GET = ("To read the evidence published with the site, add a cell after the first one "
               "with `%env DEEPDIVE_EVIDENCE=published` and run the page again from the top "
               "(in Colab: Runtime, Run all). To measure your own, build the book (`make book`) "
-              "or run chapters 1 to 5 in the same copy of the book first; in Colab each "
-              "notebook opened from the site gets its own runtime, so run them from this one: "
+              "or run chapters 1 to 5 (with the PyTorch/XLA page) in the same copy of the book "
+              "first; in Colab each notebook opened from the site gets its own runtime, so run "
+              "them from this one: "
               "`!cd /content/book/notebooks && for n in 0[1-5]_*.ipynb; do jupyter nbconvert "
               "--to notebook --execute --inplace $n; done`.")
 
@@ -204,6 +212,8 @@ def resolve_claim_ids(pattern: str, ids) -> list[str]:
 
 def _from_claims(item: FromClaim, claims: pd.DataFrame | None) -> list[dict]:
     chapter_rows = None if claims is None else claims[claims["chapter"] == item.chapter]
+    if chapter_rows is not None and chapter_rows.empty and item.skippable:
+        return [_empty(NOT_MEASURED, f"{item.key}: no claim in this build", item.absent)]
     if chapter_rows is None or chapter_rows.empty:
         return [_empty(MISSING, f"claims {', '.join(item.claim_ids)}",
                        f"{MISSING}: no claims from {item.chapter}; build it first")]

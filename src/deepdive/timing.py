@@ -245,6 +245,10 @@ def compare(
     unknown = set(checks) - set(variants)
     if unknown:
         raise KeyError(f"check names variants that do not exist: {sorted(unknown)}")
+    remote = sorted(label for label in checks if _is_remote(variants[label]))
+    if remote:
+        raise ValueError(f"check names variants timed elsewhere, whose outputs stay there: "
+                         f"{remote}; give the remote variant its own check")
     session = next(_sessions)
     runners = [fn.runner(label, session) if _is_remote(fn)
                else _Runner(label, fn, sync, checks.get(label), session)

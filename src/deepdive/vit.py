@@ -294,3 +294,37 @@ def _check_config(config, attention: str) -> None:
     if any(dropouts):
         raise ValueError(f"dropout must be 0.0 (the ViTConfig default) so both frameworks "
                          f"compute the same function; got hidden/attention {dropouts}")
+
+
+def split_merge_step(hf_model, images_nhwc, labels, transform):
+    """A training step of the twin of `hf_model` (its weights ported in): the split/merge
+    form of chapter 4, one `jax.jit` of forward, cross-entropy, backward and `transform`'s
+    update (an optax transform), with the state donated. Returns ``step() -> loss`` on the
+    given batch. Chapter `04_vit_xla` runs it in its own process and in the PyTorch/XLA
+    worker, where the same step in two processes measures what crossing processes costs."""
+    import functools
+
+    import optax
+
+    model = ViTForImageClassification(hf_model.config, attention="eager", rngs=nnx.Rngs(0))
+    port_hf_weights(hf_model, model)
+    graphdef, state = nnx.split((model, nnx.Optimizer(model, transform, wrt=nnx.Param)))
+
+    def loss_of(model, images, labels):
+        return optax.softmax_cross_entropy_with_integer_labels(model(images), labels).mean()
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train(state, images, labels):
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(loss_of)(model, images, labels)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    images, labels = jnp.asarray(images_nhwc), jnp.asarray(labels)
+    held = [state]
+
+    def step():
+        held[0], loss = train(held[0], images, labels)
+        return loss
+
+    return step

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,13 @@ import numpy as np
 
 EAGER = "torch 2.9 eager"
 LAZY = "PyTorch/XLA lazy tensors"
-COMPILED = 'PyTorch/XLA torch.compile(backend="openxla")'
+COMPILED = "PyTorch/XLA torch.compile, openxla backend"
 TORCHAX = "torchax jax.jit"
-VARIANTS = (EAGER, LAZY, COMPILED, TORCHAX)
+# The chapter's JAX step, run in the worker too: the same step in two processes shows what
+# crossing processes alone does to a comparison (an A/A control).
+JAX_TWIN = "JAX jax.jit (Flax NNX twin), in the worker"
+PARITY_VARIANTS = (EAGER, LAZY, COMPILED, TORCHAX)  # checked against torch 2.13 eager
+VARIANTS = (*PARITY_VARIANTS, JAX_TWIN)
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "requirements-xla.txt"
@@ -36,12 +41,12 @@ DEFAULT_PYTHON = REPO / ".venv-xla" / "bin" / "python"
 SKIP_VAR = "DEEPDIVE_SKIP_XLA"  # "1": do not build or run the side environment
 PYTHON_VAR = "DEEPDIVE_XLA_PYTHON"  # another interpreter with requirements-xla.txt's pins
 ENABLE = "make xla-env"
-# The packages whose versions must equal requirements-xla.txt's pins.
-CHECKED = ("torch", "torch_xla", "torchax", "jax", "transformers")
-# Where PyTorch/XLA stands on GPUs (the chapter cites it): XLA:CUDA deprecated in 2.8,
-# its CUDA plugin and build removed for later releases.
-GPU_SOURCES = ("https://github.com/pytorch/xla/pull/9295",
+# Where PyTorch/XLA stands on GPUs (the chapter cites both): XLA:CUDA deprecated in 2.8, its
+# CUDA plugin removed afterwards; PyPI's torch_xla wheels target CPUs and TPUs.
+GPU_SOURCES = ("https://github.com/pytorch/xla/pull/9540",
+               "https://github.com/pytorch/xla/pull/9598",
                "https://github.com/pytorch/xla/pull/9597")
+REQUEST_TIMEOUT_S = 900.0  # one request: a first step compiles; nothing takes minutes
 
 
 @dataclass(frozen=True)
@@ -61,12 +66,14 @@ def decide(skip: str | None, python: Path, python_exists: bool, ci: bool) -> Sta
                          "PyTorch/XLA route), 0 or unset (run it)")
     if skip_value == "1":
         status = Status(False, f"not run in this build: {SKIP_VAR}=1 skipped the side "
-                               "environment (torch 2.9 with torch_xla, about 8 GB); to run it, "
-                               f"unset {SKIP_VAR} and run `{ENABLE}`, then rebuild")
+                               "environment (torch 2.9 with torch_xla, several GB); to run it, "
+                               f"unset {SKIP_VAR}, run `{ENABLE}`, then `make clean` and "
+                               "rebuild")
     elif not python_exists:
         status = Status(False, f"not run in this build: no interpreter at {python} (the side "
-                               f"environment for torch_xla); `{ENABLE}` builds it, or set "
-                               f"{PYTHON_VAR} to one with requirements-xla.txt's pins")
+                               f"environment for torch_xla); `{ENABLE}` builds it (or set "
+                               f"{PYTHON_VAR} to one with requirements-xla.txt's pins), then "
+                               "`make clean` and rebuild")
     else:
         return Status(True)
     if ci:
@@ -97,41 +104,31 @@ def pins(path: Path = REQUIREMENTS) -> dict[str, str]:
     return found
 
 
-def stale(installed: dict[str, str], pinned: dict[str, str]) -> list[str]:
-    """The checked packages whose installed version is not the pinned one (a local build
-    tag such as +cpu is ignored)."""
+def stale(installed: dict[str, str | None], pinned: dict[str, str]) -> list[str]:
+    """Every pinned package whose installed version is not its pin (a local build tag such
+    as +cu128 is ignored), or that is missing."""
+    have_by_name = {_normal(name): version for name, version in installed.items()}
     wrong = []
-    for name in CHECKED:
-        want, have = pinned.get(_normal(name)), installed.get(name)
-        if want is not None and (have or "").split("+")[0] != want:
+    for name, want in pinned.items():
+        have = have_by_name.get(_normal(name))
+        if (have or "").split("+")[0] != want:
             wrong.append(f"{name} {have or 'missing'} (pinned {want})")
     return wrong
 
 
-def xla_device(gpu_present: bool, cuda_plugin: bool) -> tuple[str, str]:
-    """The PJRT device the route runs on, and why. torch_xla 2.9 ships no XLA:CUDA (it
-    was deprecated in 2.8, GPU_SOURCES), so a GPU is used only where a CUDA plugin is
-    installed beside it; otherwise the route runs on the CPU, on a GPU machine too."""
-    if gpu_present and cuda_plugin:
-        return "CUDA", "a GPU is present and torch_xla's CUDA plugin is installed"
+def route_device(gpu_present: bool) -> tuple[str, str]:
+    """The device the route runs on, and why: always the CPU. torch_xla 2.9 ships no
+    XLA:CUDA (deprecated in release 2.8, GPU_SOURCES), so on a GPU machine the whole page,
+    its PyTorch and JAX baselines included, runs on the CPU too."""
     if gpu_present:
         return "CPU", ("a GPU is present, but torch_xla 2.9 has no CUDA build (XLA:CUDA was "
-                       "deprecated in release 2.8 and its plugin removed), so the route "
-                       "runs on the CPU")
+                       "deprecated in release 2.8 and its CUDA plugin removed), so the route "
+                       "and this page's baselines run on the CPU, at small scale")
     return "CPU", "no GPU: the route runs on the CPU, as the rest of this build does"
 
 
-def cuda_plugin(python: Path) -> bool:
-    """Whether the side environment has torch_xla's CUDA plugin (asked only on a GPU)."""
-    probe = ("import importlib.util, sys; "
-             "sys.exit(importlib.util.find_spec('torch_xla_cuda_plugin') is None)")
-    return subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
-
-
-def route_scale(build_scale: str, pjrt_device: str) -> str:
-    """The sizes the route runs at: the build's on a GPU it can use; `small` on a CPU (a
-    GPU build's medium or full ViT would take minutes per step there)."""
-    return build_scale if pjrt_device == "CUDA" else "small"
+# The route runs on the CPU at every scale (route_device), so at chapter 4's small sizes.
+SCALE = "small"
 
 
 def save_inputs(folder: Path, hf_model, images: np.ndarray, labels: np.ndarray) -> Path:
@@ -149,38 +146,67 @@ def save_inputs(folder: Path, hf_model, images: np.ndarray, labels: np.ndarray) 
 
 
 class Worker:
-    """The worker process; `request` sends one request and returns its result."""
+    """The worker process. It is started, its versions are checked against
+    requirements-xla.txt before it imports anything heavy, then its session starts;
+    `request` sends one request and returns its result."""
 
-    def __init__(self, python: Path, folder: Path, threads: int, pjrt_device: str = "CPU"):
-        self.folder = Path(folder)
+    def __init__(self, python: Path, folder: Path, threads: int, pinned: dict | None = None,
+                 timeout_s: float = REQUEST_TIMEOUT_S):
+        self.folder, self.timeout_s = Path(folder), timeout_s
         self.log = self.folder / "worker.log"
         src = str(REPO / "src")
-        environ = dict(os.environ, PJRT_DEVICE=pjrt_device,
+        environ = dict(os.environ, PJRT_DEVICE="CPU", TF_CPP_MIN_LOG_LEVEL="2",
                        PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get(
-                           "PYTHONPATH")])),
-                       TF_CPP_MIN_LOG_LEVEL="2")
+                           "PYTHONPATH")])))
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
                 [str(python), "-m", "deepdive.xla_worker"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=log, text=True, env=environ, cwd=self.folder)
-        self.request("start", folder=str(self.folder), threads=threads)
+        try:
+            pinned = pins() if pinned is None else pinned
+            wrong = stale(self.request("versions", names=sorted(pinned)), pinned)
+            if wrong:
+                raise RuntimeError(f"the side environment at {python} does not hold "
+                                   f"requirements-xla.txt's pins: {'; '.join(wrong)}; run "
+                                   f"`{ENABLE}` (then `make clean` and rebuild)")
+            self.request("start", folder=str(self.folder), threads=threads)
+        except BaseException:
+            self.close()
+            raise
 
     def request(self, op: str, **args):
+        if self.process.poll() is not None:
+            raise RuntimeError(self._stopped(op))
         self.process.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
         self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout_s)
+        if not ready:
+            self.close()
+            raise TimeoutError(f"the PyTorch/XLA worker did not answer {op!r} within "
+                               f"{self.timeout_s:.0f} s and was stopped; its log: {self.log}")
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the PyTorch/XLA worker stopped during {op!r} (exit code "
-                               f"{self.process.poll()}); its log ends:\n{self._log_tail()}")
-        reply = json.loads(line)
+            raise RuntimeError(self._stopped(op))
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise RuntimeError(f"the PyTorch/XLA worker answered {op!r} with something other "
+                               f"than JSON ({error}): {line[:200]!r}; its log: {self.log}") \
+                from None
         if "error" in reply:
-            raise RuntimeError(f"the PyTorch/XLA worker failed in {op!r}:\n{reply['error']}")
+            raise RuntimeError(f"the PyTorch/XLA worker failed in {op!r} (log: {self.log}):\n"
+                               f"{reply['error']}")
         return reply["ok"]
 
     def close(self) -> None:
+        """Let the worker finish (stdin closed); kill it if it does not within a minute."""
         if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.wait(timeout=60)
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
 
     def __enter__(self):
         return self
@@ -188,19 +214,28 @@ class Worker:
     def __exit__(self, *_):
         self.close()
 
-    def _log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+    def _stopped(self, op: str) -> str:
+        try:  # its output closed: it is exiting, or a child kept the pipe
+            code = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.close()
+            code = self.process.poll()
+        tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+        return (f"the PyTorch/XLA worker stopped during {op!r} (exit code {code}); its log "
+                f"({self.log}) ends:\n{tail}")
 
 
 class Remote:
     """A worker variant as a `deepdive.timing.compare` entry: its blocks run in the
     worker, between the chapter's own variants' blocks, and the worker's clock times them
-    (a request's own round trip is not part of a sample)."""
+    (a request's own round trip is not part of a sample). `check`, if given, is called with
+    the first two steps' report (their losses among it) before any block is timed, and
+    raises when they are wrong."""
 
-    def __init__(self, worker: Worker, variant: str):
+    def __init__(self, worker: Worker, variant: str, check=None):
         if variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; accepted: {', '.join(VARIANTS)}")
-        self.worker, self.variant = worker, variant
+        self.worker, self.variant, self.check = worker, variant, check
         self.first_steps: dict | None = None
 
     def runner(self, label: str, session: int):
@@ -220,6 +255,8 @@ class _RemoteRunner:
         steps = self.remote.worker.request(
             "prepare", variant=self.remote.variant, warmup=warmup, min_block_s=min_block_s,
             min_calls_per_block=min_calls_per_block, session=self.session)
+        if self.remote.check is not None:
+            self.remote.check(steps)
         self.remote.first_steps = steps
         self.first_call, self.calls_per_block = steps["first_step_s"], steps["calls_per_block"]
 

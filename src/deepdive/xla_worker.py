@@ -32,7 +32,7 @@ import numpy as np
 
 from deepdive import parity
 from deepdive.timing import _Runner
-from deepdive.xla_route import COMPILED, EAGER, TORCHAX, VARIANTS
+from deepdive.xla_route import COMPILED, EAGER, JAX_TWIN, PARITY_VARIANTS, TORCHAX, VARIANTS
 
 
 class Session:
@@ -51,6 +51,10 @@ class Session:
         torch.backends.cudnn.allow_tf32 = False
         torch_xla.backends.set_mat_mul_precision("highest")
         jax.config.update("jax_default_matmul_precision", "highest")
+        # Start the XLA device now: PyTorch's autograd engine sizes its per-device queues
+        # at its first backward pass, and an eager CPU backward before the device exists
+        # would leave XLA's backward without a queue (an internal assert in torch 2.9).
+        torch_xla.device()
         self.folder = Path(folder)
         batch = np.load(self.folder / "batch.npz")
         self.images, self.labels = batch["images"], batch["labels"]
@@ -71,8 +75,13 @@ class Session:
                 "xla device": str(torch_xla.device()),
                 "PJRT_DEVICE": os.environ.get("PJRT_DEVICE"),
                 "torch_xla matmul precision": torch_xla.backends.get_mat_mul_precision(),
+                # The binding XLA:CUDA builds had; its absence shows this build has none.
+                "torch_xla has CUDA support": _torch_xla_cuda(),
                 "jax matmul precision": str(jax.config.jax_default_matmul_precision),
                 "torch threads": torch.get_num_threads(),
+                "CPU affinity": sorted(os.sched_getaffinity(0)),
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
                 "jax devices": [str(d) for d in jax.devices()]}
 
     def model(self):
@@ -88,7 +97,9 @@ class Session:
 
     def gradients(self, variant: str) -> dict:
         """One forward and backward pass of `variant` on the batch; arrays to an .npz."""
-        _check_variant(variant)
+        if variant not in PARITY_VARIANTS:
+            raise ValueError(f"no gradients for {variant!r}; accepted: "
+                             f"{', '.join(PARITY_VARIANTS)}")
         gradients = _torchax_gradients if variant == TORCHAX else functools.partial(
             torch_gradients, variant=variant)
         run = gradients(self.model(), self.images, self.labels)
@@ -98,35 +109,48 @@ class Session:
 
     def prepare(self, variant: str, warmup: int, min_block_s: float,
                 min_calls_per_block: int, session: int) -> dict:
-        """Build `variant`'s step; time its first and second steps (each synced) and count
-        the XLA compilations each one triggered; then size its blocks as `compare` does."""
+        """Build `variant`'s step; time its first and second steps (each synced), keep
+        their losses for the chapter's check, and count the compilations each triggered;
+        then size its blocks as `compare` does."""
         _check_variant(variant)
-        build = _torchax_step if variant == TORCHAX else functools.partial(torch_step,
-                                                                             variant=variant)
-        step, sync = build(self.model(), self.images, self.labels)
+        step, sync = self._build(variant)
         runner = _Runner(variant, step, sync, None, session)
-        before = compilations()
-        first = runner._run(1)
-        after_first = compilations()
-        second = runner._run(1)
-        after_second = compilations()
+        counts = [compilations()]
+        times, losses = [], []
+        for _ in range(2):
+            times.append(runner._run(1))
+            counts.append(compilations())
+            losses.append(float(np.asarray(_to_host(runner.output))))
         runner.prepare(warmup, min_block_s, min_calls_per_block)
-        runner.first_call = first
-        runner.recompiles = 0
+        runner.first_call = times[0]
         self.runners[variant] = runner
-        return {"first_step_s": first, "second_step_s": second,
-                "compiles_first_step": after_first - before,
-                "compiles_second_step": after_second - after_first,
-                "compiles_warmup": compilations() - after_second,
+        after = compilations()
+        return {"first_step_s": times[0], "second_step_s": times[1], "losses": losses,
+                **{f"{kind}_first_step": counts[1][kind] - counts[0][kind] for kind in KINDS},
+                **{f"{kind}_second_step": counts[2][kind] - counts[1][kind] for kind in KINDS},
+                **{f"{kind}_sizing": after[kind] - counts[2][kind] for kind in KINDS},
                 "calls_per_block": runner.calls_per_block}
 
+    def _build(self, variant: str):
+        if variant == TORCHAX:
+            return _torchax_step(self.model(), self.images, self.labels)
+        if variant == JAX_TWIN:
+            from deepdive import vit
+
+            return (vit.split_merge_step(self.model(), vit.nchw_to_nhwc(self.images),
+                                         self.labels, parity.optax_adamw(parity.ADAMW)),
+                    _block_jax)
+        return torch_step(self.model(), self.images, self.labels, variant=variant)
+
     def time_block(self, variant: str) -> dict:
-        """One timed block of `variant`: seconds per step, and compilations during it."""
+        """One timed block of `variant`: seconds per step, and any compilation (XLA or a
+        Dynamo graph) during it."""
         runner = self.runners[variant]
         before = compilations()
         runner.time_block()
-        return {"sample_s": runner.samples[-1], "recompiles": compilations() - before}
-
+        after = compilations()
+        return {"sample_s": runner.samples[-1],
+                "recompiles": sum(after[kind] - before[kind] for kind in KINDS)}
 
     def metrics(self) -> dict:
         """torch_xla's compile and execute counts so far (its metrics report)."""
@@ -139,19 +163,23 @@ class Session:
         return counts
 
 
-def compilations() -> int:
-    """XLA compilations in this process so far: torch_xla's CompileTime metric counts every
-    graph it compiles (lazy or through Dynamo), JAX's monitoring every torchax/jax one."""
+KINDS = ("xla", "dynamo")
+
+
+def compilations() -> dict[str, int]:
+    """Compilations in this process so far, by kind. "xla": programs XLA compiled, from
+    torch_xla's CompileTime metric (lazy graphs and the openxla backend's graphs alike) and
+    JAX's compile events (torchax, the Flax twin). "dynamo": graphs Dynamo captured; with
+    the openxla backend each is also compiled by XLA, unless XLA's cache already holds it,
+    so a Dynamo recompile that hits that cache still shows here."""
     import torch_xla.debug.metrics as met
 
     from deepdive.timing import compilations as jax_and_dynamo
 
     data = met.metric_data("CompileTime")
-    torch_xla_compiles = data[0] if data else 0
-    # Dynamo's own graph count is left out: with the openxla backend each Dynamo graph is
-    # also an XLA compilation, counted above.
-    jax_only = jax_and_dynamo() - _dynamo_graphs()
-    return int(torch_xla_compiles) + int(jax_only)
+    dynamo = _dynamo_graphs()
+    return {"xla": int(data[0] if data else 0) + int(jax_and_dynamo() - dynamo),
+            "dynamo": int(dynamo)}
 
 
 def _dynamo_graphs() -> int:
@@ -177,6 +205,23 @@ def _device(variant: str):
     import torch_xla
 
     return torch_xla.device()
+
+
+def _torch_xla_cuda() -> bool:
+    import _XLAC  # torch_xla's extension module
+
+    return bool(getattr(_XLAC, "_has_cuda_support", lambda: False)())
+
+
+def _to_host(value):
+    """A step's loss as a host value (a torch tensor on any device, or a JAX array)."""
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else value
+
+
+def _block_jax(value):
+    import jax
+
+    return jax.block_until_ready(value)
 
 
 def _xla_sync(variant: str):
@@ -321,29 +366,45 @@ def _torchax_step(model, images, labels):
         state[0], state[1], loss = train(state[0], state[1], images, labels)
         return loss
 
-    return step, jax.block_until_ready
+    return step, _block_jax
 
 
 HANDLERS = ("hello", "gradients", "prepare", "time_block", "metrics")
 
 
+def installed(names) -> dict[str, str | None]:
+    """Installed versions of the named distributions (None where missing), read without
+    importing them: a wrong torch is then reported as such, not as an import error."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def serve(requests, replies) -> None:
     """Answer requests until stdin closes: {"op": ..., "args": {...}} -> {"ok": result} or
-    {"error": traceback}. The first request must be {"op": "start", ...}."""
+    {"error": traceback}. Before {"op": "start", ...} only "versions" is answered."""
     session = None
     for line in requests:
-        request = json.loads(line)
-        op, args = request.get("op"), request.get("args", {})
         started = time.perf_counter()
         try:
-            if op == "start":
+            request = json.loads(line)
+            op, args = request.get("op"), request.get("args", {})
+            if op == "versions":
+                result = installed(args["names"])
+            elif op == "start":
                 session = Session(**args)
                 result = {}
             elif op in HANDLERS and session is not None:
                 result = getattr(session, op)(**args)
             else:
-                raise ValueError(f"unknown or premature request {op!r}; accepted: start, then "
-                                 f"{', '.join(HANDLERS)}")
+                raise ValueError(f"unknown or premature request {op!r}; accepted: versions, "
+                                 f"start, then {', '.join(HANDLERS)}")
             reply = {"ok": result, "seconds": time.perf_counter() - started}
         except Exception:
             reply = {"error": traceback.format_exc()}
