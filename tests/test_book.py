@@ -339,10 +339,14 @@ def test_the_xla_page_measured_every_route_in_this_build():
     header = [" ".join(th.get_text().split()) for th in modes.find("tr").find_all("th")][1:]
     for route, cells in rows.items():
         row = dict(zip(header, cells, strict=False))
-        difference = float(row["max |grad difference| vs torch 2.13 eager"])
-        if route in xla_route.PARITY_VARIANTS and route != xla_route.EAGER:
+        difference = row["max |grad difference| vs torch 2.13 eager"]
+        if route == xla_route.JAX_TWIN:
+            assert difference == "n/a"  # the page's JAX code; its losses are checked
+        elif route in xla_route.PARITY_VARIANTS and route != xla_route.EAGER:
             assert row["versions"].startswith("torch 2.9.0"), route
-            assert 0 < difference < 1e-4, route  # a real comparison, within tolerance
+            assert 0 < float(difference) < 1e-4, route  # a real comparison, in tolerance
+        else:
+            assert float(difference) < 1e-4, route
         if route in xla_route.VARIANTS:
             assert float(row["second step (s)"]) > 0, route
         assert float(row["first step (s)"]) > 0 and float(row["steady step (ms)"]) > 0

@@ -43,8 +43,8 @@ def workflow_cache():
 def test_the_sites_cache_key_holds_what_the_numbers_depend_on():
     cache = workflow_cache()
 
-    for dependency in ("src/**", "requirements.txt", "requirements-runtime.txt", "pyproject.toml",
-                       "notebooks/*.md"):
+    for dependency in ("src/**", "requirements.txt", "requirements-runtime.txt",
+                       "requirements-xla.txt", "pyproject.toml", "notebooks/*.md"):
         assert f"'{dependency}'" in cache["key"], dependency
 
 
@@ -83,3 +83,11 @@ def test_sphinx_rereads_exactly_the_pages_that_force_their_execution():
         found_docs = {*forced, "notebooks/01_vmap"}
 
     assert set(extension.outdated(None, Env, set(), set(), set())) == forced
+
+
+def test_the_pytorch_xla_page_re_executes_in_every_build():
+    """Its numbers depend on the side environment, which its code cells do not show: a
+    cached page would keep "not run" (or old versions) after the environment changed."""
+    for suffix in (".md", ".ipynb"):
+        notebook = jupytext.read(ROOT / "notebooks" / f"04_vit_xla{suffix}")
+        assert notebook.metadata["mystnb"] == {"execution_mode": "force"}, suffix

@@ -74,6 +74,8 @@ def _torch_if_faster() -> dict:
 
 
 WORKLOADS_1 = ("dot", "attention", "grads")  # chapter 1's three vmap workloads
+_XLA_SKIPPED = ("the PyTorch/XLA page did not run its route in this build (its side "
+                "environment was skipped or missing)")
 EVIDENCE = (
     FromClaim("vmap_compiled", "vectorization", "01_vmap",
               tuple(f"{w}_jit_vs_compile" for w in WORKLOADS_1), _jax_if_faster()),
@@ -100,10 +102,13 @@ EVIDENCE = (
                      "compiled steps on a GPU only (it times bf16 within each framework)"),
     FromClaim("nnx_split", "training", "04_vit_training", ("split_vs_nnx_b{n}",),
               {"faster": "split/merge", "slower": "nnx.jit"}),
-    FromClaim("xla_route", "training", "04_vit_xla", ("xla_lazy_vs_jax", "xla_compile_vs_jax"),
-              _torch_if_faster(), optional=True, skippable=True,
-              absent="the PyTorch/XLA page did not run its route in this build (its side "
-                     "environment was skipped or missing)"),
+    FromClaim("xla_route", "training", "04_vit_xla",
+              ("xla_lazy_vs_jax", "xla_compile_vs_jax", "torchax_vs_jax"),
+              _torch_if_faster(), optional=True, skippable=True, absent=_XLA_SKIPPED),
+    FromClaim("xla_vs_eager", "training", "04_vit_xla",
+              ("xla_lazy_vs_eager", "xla_compile_vs_eager", "torchax_vs_eager"),
+              {"faster": "through XLA", "slower": "eager"}, optional=True, skippable=True,
+              absent=_XLA_SKIPPED),
     FromClaim("data_parallel", "scaling", "05_distributed", ("dp_x{n}_vs_one",),
               {"faster": "data parallel", "slower": "one device"}),
     FromClaim("fsdp_time", "scaling", "05_distributed", ("fsdp_x{n}_vs_dp",),

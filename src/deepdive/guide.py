@@ -74,10 +74,15 @@ ADVICE = (
     Advice("a ViT training step, compiled, bf16 mixed precision", ("vit_bf16",),
            _frameworks("JAX: jax.jit + dot_product_attention", "PyTorch: torch.compile + SDPA"),
            "04_vit_training", detail=True),
-    Advice("PyTorch code compiled by XLA (PyTorch/XLA, torch 2.9) against JAX, a ViT step",
-           ("xla_route",),
-           _frameworks("JAX: jax.jit on a Flax model", "PyTorch/XLA on the PyTorch model"),
+    Advice("PyTorch code through XLA (PyTorch/XLA lazy or openxla, torchax; torch 2.9) "
+           "against JAX on the same model", ("xla_route",),
+           _frameworks("JAX: jax.jit on a Flax model",
+                       "the PyTorch model through XLA (see which route)"),
            "04_vit_xla", detail=True),
+    Advice("a PyTorch training step through XLA (PyTorch/XLA, torchax) against eager PyTorch, "
+           "same torch 2.9", ("xla_vs_eager",),
+           {"through XLA": "run it through XLA", "eager": "stay eager",
+            "even": "a tie: no gain beyond the tie band"}, "04_vit_xla", detail=True),
     Advice("Flax NNX with the least per-step overhead", ("nnx_split",),
            {"split/merge": "jax.jit on nnx.split state", "nnx.jit": "nnx.jit",
             "even": "nnx.jit (the simpler one; a tie)"}, "04_vit_training"),

@@ -55,6 +55,7 @@ class Session:
         # at its first backward pass, and an eager CPU backward before the device exists
         # would leave XLA's backward without a queue (an internal assert in torch 2.9).
         torch_xla.device()
+        jax.devices()  # JAX's backend too, so no route's first step pays for starting it
         self.folder = Path(folder)
         batch = np.load(self.folder / "batch.npz")
         self.images, self.labels = batch["images"], batch["labels"]
@@ -70,13 +71,16 @@ class Session:
 
         # Distribution versions: torchax's own __version__ string lags its releases.
         return {"versions": {name: version(name) for name in
-                             ("torch", "torch_xla", "torchax", "jax", "jaxlib", "transformers")}
+                             ("torch", "torch_xla", "torchax", "jax", "jaxlib", "flax",
+                              "optax", "transformers")}
                 | {"python": sys.version.split()[0]},
                 "xla device": str(torch_xla.device()),
                 "PJRT_DEVICE": os.environ.get("PJRT_DEVICE"),
                 "torch_xla matmul precision": torch_xla.backends.get_mat_mul_precision(),
-                # The binding XLA:CUDA builds had; its absence shows this build has none.
-                "torch_xla has CUDA support": _torch_xla_cuda(),
+                # The binding XLA:CUDA builds had (through 2.8), removed with XLA:CUDA.
+                "torch_xla's _has_cuda_support binding present": _torch_xla_cuda(),
+                "torch build's CUDA": torch.version.cuda or "none (CPU build)",
+                "torch matmul precision": torch.get_float32_matmul_precision(),
                 "jax matmul precision": str(jax.config.jax_default_matmul_precision),
                 "torch threads": torch.get_num_threads(),
                 "CPU affinity": sorted(os.sched_getaffinity(0)),
@@ -196,12 +200,12 @@ def _check_variant(variant: str) -> None:
 
 
 def _device(variant: str):
-    """The XLA device for the XLA routes; for eager PyTorch, the device the route runs on
-    (PJRT_DEVICE, which the chapter sets in both processes)."""
+    """The XLA device for the XLA routes, the CPU for eager PyTorch (the route runs on the
+    CPU only: `deepdive.xla_route.route_device`)."""
     import torch
 
     if variant == EAGER:
-        return torch.device("cuda" if os.environ.get("PJRT_DEVICE") == "CUDA" else "cpu")
+        return torch.device("cpu")
     import torch_xla
 
     return torch_xla.device()
@@ -210,7 +214,7 @@ def _device(variant: str):
 def _torch_xla_cuda() -> bool:
     import _XLAC  # torch_xla's extension module
 
-    return bool(getattr(_XLAC, "_has_cuda_support", lambda: False)())
+    return hasattr(_XLAC, "_has_cuda_support")
 
 
 def _to_host(value):
