@@ -58,8 +58,8 @@ class Status:
 
 
 def decide(skip: str | None, python: Path, python_exists: bool, ci: bool) -> Status:
-    """Run the route, or say why not. Under CI a route that cannot run fails the build:
-    the side environment is part of every build there."""
+    """Run the route, or say why not (plain text: the page glues it). Under CI a route that
+    cannot run fails the build: the side environment is part of every build there."""
     skip_value = (skip or "").strip()
     if skip_value not in ("", "0", "1"):
         raise ValueError(f"{SKIP_VAR}={skip!r} is not understood; accepted: 1 (skip the "
@@ -67,13 +67,12 @@ def decide(skip: str | None, python: Path, python_exists: bool, ci: bool) -> Sta
     if skip_value == "1":
         status = Status(False, f"not run in this build: {SKIP_VAR}=1 skipped the side "
                                "environment (torch 2.9 with torch_xla, several GB); to run it, "
-                               f"unset {SKIP_VAR}, run `{ENABLE}`, then `make clean` and "
-                               "rebuild")
+                               f"unset {SKIP_VAR}, run {ENABLE}, then rebuild")
     elif not python_exists:
         status = Status(False, f"not run in this build: no interpreter at {python} (the side "
-                               f"environment for torch_xla); `{ENABLE}` builds it (or set "
+                               f"environment for torch_xla); {ENABLE} builds it (or set "
                                f"{PYTHON_VAR} to one with requirements-xla.txt's pins), then "
-                               "`make clean` and rebuild")
+                               "rebuild")
     else:
         return Status(True)
     if ci:
@@ -168,7 +167,7 @@ class Worker:
             if wrong:
                 raise RuntimeError(f"the side environment at {python} does not hold "
                                    f"requirements-xla.txt's pins: {'; '.join(wrong)}; run "
-                                   f"`{ENABLE}` (then `make clean` and rebuild)")
+                                   f"`{ENABLE}`, then rebuild")
             self.request("start", folder=str(self.folder), threads=threads)
         except BaseException:
             self.close()
