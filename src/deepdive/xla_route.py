@@ -41,11 +41,6 @@ DEFAULT_PYTHON = REPO / ".venv-xla" / "bin" / "python"
 SKIP_VAR = "DEEPDIVE_SKIP_XLA"  # "1": do not build or run the side environment
 PYTHON_VAR = "DEEPDIVE_XLA_PYTHON"  # another interpreter with requirements-xla.txt's pins
 ENABLE = "make xla-env"
-# Where PyTorch/XLA stands on GPUs (the chapter cites both): XLA:CUDA deprecated in 2.8, its
-# CUDA plugin removed afterwards; PyPI's torch_xla wheels target CPUs and TPUs.
-GPU_SOURCES = ("https://github.com/pytorch/xla/pull/9540",
-               "https://github.com/pytorch/xla/pull/9598",
-               "https://github.com/pytorch/xla/pull/9597")
 REQUEST_TIMEOUT_S = 900.0  # one request: a first step compiles; nothing takes minutes
 
 
@@ -117,8 +112,9 @@ def stale(installed: dict[str, str | None], pinned: dict[str, str]) -> list[str]
 
 def route_device(gpu_present: bool) -> tuple[str, str]:
     """The device the route runs on, and why: always the CPU. torch_xla 2.9 ships no
-    XLA:CUDA (deprecated in release 2.8, GPU_SOURCES), so on a GPU machine the whole page,
-    its PyTorch and JAX baselines included, runs on the CPU too."""
+    XLA:CUDA (deprecated in release 2.8, then removed: pytorch/xla#9540, #9598, #9597),
+    so on a GPU machine the whole page, its PyTorch and JAX baselines included, runs on
+    the CPU too."""
     if gpu_present:
         return "CPU", ("a GPU is present, but torch_xla 2.9 has no CUDA build (XLA:CUDA was "
                        "deprecated in release 2.8 and its CUDA plugin removed), so the route "
