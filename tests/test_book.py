@@ -17,8 +17,8 @@ from bs4 import BeautifulSoup
 
 from deepdive import plan, plans
 
-ALL_FOUND = ("The results of every measuring page (chapters 1 to 5 and the PyTorch/XLA "
-             "page) were found.")
+ALL_FOUND = ("The results of every measuring page (chapters 1 to 5, the GPT page and the "
+             "PyTorch/XLA page) were found.")
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -26,17 +26,17 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
 # What each chapter must show at least (the issues: vmap 3 figures, jit/XLA 4, compile 4,
 # ViT training 4, distributed 2).
 MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4, "04_vit_training": 4,
-               "04_vit_xla": 1, "05_distributed": 2, "06_choosing": 1}
+               "04_vit_xla": 1, "04_gpt_training": 3, "05_distributed": 2, "06_choosing": 1}
 GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict",
                 "03_torch_compile": "tbl-compile-verdict",
-                "04_vit_training": "tbl-vit-summary",
+                "04_vit_training": "tbl-vit-summary", "04_gpt_training": "tbl-gpt-summary",
                 "05_distributed": "tbl-distributed-verdict", "06_choosing": "tbl-evidence"}
 # The chapters whose every comparison is a claim in claims.csv, decided by deepdive.verdict.
 CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training",
-                  "05_distributed")
+                  "04_gpt_training", "05_distributed")
 # The pages chapter 6 reads and names in its provenance table.
 EVIDENCE_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training",
-                     "04_vit_xla", "05_distributed")
+                     "04_vit_xla", "04_gpt_training", "05_distributed")
 # The PyTorch/XLA page makes claims when its side environment ran (always under CI); a
 # build with DEEPDIVE_SKIP_XLA=1 shows "not run" there instead. Read from the built page.
 XLA_PAGE = HTML / "notebooks" / "04_vit_xla.html"

@@ -49,6 +49,13 @@ def claim_ids(shape):
         c4.append(("04_vit_training", "bf16_fused_jax_vs_torch", "ViT step, bf16"))
     c4 += [("04_vit_xla", f"{route}_vs_{baseline}", "ViT training step, batch 32, CPU")
            for route in ("xla_lazy", "xla_compile", "torchax") for baseline in ("jax", "eager")]
+    # The GPT page compiles bf16 only on a GPU with native bf16, so only there does it
+    # compare jax.jit with torch.compile in bf16.
+    c4 += [("04_gpt_training", f"{key}_{precision}_jax_vs_{baseline}",
+            f"GPT training step, {name}")
+           for key, name in zip(("char", "vocab"), shape["gpt"], strict=True)
+           for precision in (("fp32", "bf16") if shape["bf16"] else ("fp32",))
+           for baseline in ("eager", "compile")]
     c5 = [("05_distributed", f"{name}_x{n}_{tail}", f"MLP training step, {n} devices")
           for n in shape["devices"]
           for name, tail in (("dp", "vs_one"), ("fsdp", "vs_dp"))]

@@ -10,8 +10,10 @@ from deepdive.flops import (
     NoDatasheetPeak,
     Peak,
     bf16_is_native,
+    build_peak,
     device_peak,
     gpt_flops_per_token,
+    jax_matmul_rate,
     matmul_flops,
     measured_matmul_peak,
     mfu,
@@ -212,3 +214,20 @@ def test_measured_copy_bandwidth_rejects_a_bad_size():
 
     with pytest.raises(ValueError, match="n_bytes must be an integer >= 4"):
         measured_copy_bandwidth(2)
+
+
+def test_build_peak_on_a_cpu_is_the_better_measured_rate_of_the_two_frameworks():
+    with jax.default_matmul_precision("highest"):
+        peak = build_peak("cpu", "fp32")
+        jax_rate = jax_matmul_rate("fp32")
+
+    assert peak.dtype == "fp32" and "measured on this machine" in peak.source
+    assert peak.flops_per_s >= 0.7 * jax_rate  # the better of two noisy measurements
+
+
+def test_build_peak_labels_emulated_bf16_and_rejects_other_devices():
+    assert "emulated bf16" in build_peak("cpu", "bf16", bf16_native=False).source
+    with pytest.raises(ValueError, match="device must be"):
+        build_peak("tpu", "fp32")
+    with pytest.raises(ValueError, match="not measurable"):
+        jax_matmul_rate("fp8")

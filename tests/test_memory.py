@@ -13,6 +13,7 @@ from deepdive.memory import (
     jax_device_peak,
     nvml_used,
     psutil_rss_deltas,
+    step_peak,
     torch_cuda_peak,
     xla_memory_plan,
 )
@@ -167,3 +168,28 @@ def test_host_call_peak_counts_buffers_a_worker_thread_recycles():
 
     assert reading.bytes > 0.9 * size
     assert "thread arenas" in reading.tool
+
+
+def test_step_peak_on_a_cpu_reads_the_host_for_either_framework():
+    n = 200 * MB // 4
+    for framework in ("torch", "jax"):
+        reading = step_peak(framework, "cpu", lambda: torch.ones(n).sum())
+        assert reading.bytes == pytest.approx(200 * MB, rel=RSS_TOLERANCE)
+        assert "VmHWM" in reading.tool and "thread arenas" in reading.tool
+
+
+def test_step_peak_of_jax_on_a_gpu_is_xlas_plan_of_the_step():
+    plan = {"temp": 300, "output": 50, "alias": 40}
+
+    reading = step_peak("jax", "cuda", lambda: None, xla_plan=lambda: plan)
+
+    assert reading.bytes == 310 and "memory_analysis" in reading.tool
+    with pytest.raises(ValueError, match="needs xla_plan"):
+        step_peak("jax", "cuda", lambda: None)
+
+
+@pytest.mark.parametrize(("framework", "device", "message"), [
+    ("tensorflow", "cpu", "framework must be"), ("torch", "tpu", "device must be")])
+def test_step_peak_names_what_it_accepts(framework, device, message):
+    with pytest.raises(ValueError, match=message):
+        step_peak(framework, device, lambda: None)

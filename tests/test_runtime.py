@@ -19,8 +19,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-ALL_FOUND = ("The results of every measuring page (chapters 1 to 5 and the PyTorch/XLA "
-             "page) were found.")
+ALL_FOUND = ("The results of every measuring page (chapters 1 to 5, the GPT page and the "
+             "PyTorch/XLA page) were found.")
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_PYTHON = ROOT / ".venv-runtime" / "bin" / "python"

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training", "04_vit_xla",
-            "05_distributed")
+            "04_gpt_training", "05_distributed")
 MISSING = "MISSING"
 NOT_MEASURED = "not measured in this build"
 INCONCLUSIVE = "inconclusive on this build"
@@ -109,6 +109,14 @@ EVIDENCE = (
               ("xla_lazy_vs_eager", "xla_compile_vs_eager", "torchax_vs_eager"),
               {"faster": "through XLA", "slower": "eager"}, optional=True, skippable=True,
               absent=_XLA_SKIPPED),
+    FromClaim("lm_fp32", "training", "04_gpt_training",
+              ("char_fp32_jax_vs_compile", "vocab_fp32_jax_vs_compile"), _jax_if_faster()),
+    FromClaim("lm_bf16", "training", "04_gpt_training",
+              ("char_bf16_jax_vs_compile", "vocab_bf16_jax_vs_compile"), _jax_if_faster(),
+              optional=True,
+              absent="no compiled bf16 claim in this build: the GPT page compiles bf16 on a "
+                     "GPU with native bf16 only (its bf16 rows compare jax.jit with PyTorch "
+                     "eager)"),
     FromClaim("data_parallel", "scaling", "05_distributed", ("dp_x{n}_vs_one",),
               {"faster": "data parallel", "slower": "one device"}),
     FromClaim("fsdp_time", "scaling", "05_distributed", ("fsdp_x{n}_vs_dp",),

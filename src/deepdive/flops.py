@@ -222,6 +222,42 @@ def measured_matmul_peak(dtype: str = "fp32", device: str = "cpu",
                              f"{len(rates)} shapes ({m}x{k}x{n})")
 
 
+def jax_matmul_rate(dtype: str = "fp32", n: int = 1024) -> float:
+    """JAX's achieved FLOP/s on one jitted (n x n) @ (n x n) matmul, timed synced, at the
+    default matmul precision in force (set "highest" for strict fp32)."""
+    import jax
+    import jax.numpy as jnp
+
+    from deepdive.timing import measure
+
+    dtypes = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
+    if dtype not in dtypes:
+        raise ValueError(f"dtype {dtype!r} is not measurable here; accepted: {list(dtypes)}")
+    a = jnp.ones((n, n), dtype=dtypes[dtype])
+    return matmul_flops(n, n, n) / measure(jax.jit(jnp.dot), a, a).median
+
+
+def build_peak(device: str, dtype: str, *, bf16_native: bool = True) -> Peak:
+    """The peak a chapter divides by for MFU on this build: on a GPU ("cuda") the
+    datasheet's (`device_peak`); on a CPU, which has no datasheet row, the better of
+    PyTorch's measured matmul peak and JAX's square-matmul rate, so that neither
+    framework's MFU can pass 1 merely because the other multiplies faster. Run it with
+    the thread count the measured work uses."""
+    if device == "cuda":
+        import torch
+
+        return device_peak(torch.cuda.get_device_name(), dtype)
+    if device != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    torch_peak = measured_matmul_peak(dtype=dtype)
+    jax_rate = jax_matmul_rate(dtype)
+    emulated = "" if bf16_native or dtype != "bf16" else ", emulated bf16"
+    if torch_peak.flops_per_s >= jax_rate:
+        return Peak(torch_peak.flops_per_s, dtype, torch_peak.source + emulated)
+    return Peak(jax_rate, dtype,
+                f"measured on this machine: JAX 1024^3 {dtype} matmul{emulated}")
+
+
 def bf16_is_native(cpu_flags: set[str], cuda_capability: tuple[int, int] | None) -> bool:
     """Whether bf16 arithmetic runs in hardware rather than emulated.
 

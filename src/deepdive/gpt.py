@@ -163,18 +163,22 @@ class GPT(nn.Module):
         return sum(weights.values())
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float = 0.1,
-          betas: tuple[float, float] = (0.9, 0.95), fused: bool | None = None):
+def adamw(parameters, lr: float, weight_decay: float = 0.1,
+          betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
+          fused: bool | None = None):
     """AdamW as nanoGPT's `configure_optimizers` builds it: weight decay on every parameter
     with two or more dimensions (matmul weights, embeddings), none on biases and LayerNorm
-    gains. nanoGPT passes ``fused=True`` on CUDA; ``None`` leaves PyTorch's default."""
+    gains. `parameters` is a model or its parameters. nanoGPT passes ``fused=True`` on
+    CUDA; ``None`` leaves PyTorch's default."""
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
-    params = [p for p in model.parameters() if p.requires_grad]
+    if isinstance(parameters, nn.Module):
+        parameters = parameters.parameters()
+    params = [p for p in parameters if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     groups = [g for g in groups if g["params"]]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
 
 
 def _init_weights(module: nn.Module) -> None:

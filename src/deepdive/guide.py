@@ -74,6 +74,10 @@ ADVICE = (
     Advice("a ViT training step, compiled, bf16 mixed precision", ("vit_bf16",),
            _frameworks("JAX: jax.jit + dot_product_attention", "PyTorch: torch.compile + SDPA"),
            "04_vit_training", detail=True),
+    Advice("training a language model (a nanoGPT-style GPT), each framework's compiled "
+           "step, fp32 and bf16 mixed", ("lm_fp32", "lm_bf16"),
+           _frameworks("JAX: jax.jit of the whole step + dot_product_attention",
+                       "PyTorch: torch.compile + SDPA"), "04_gpt_training", detail=True),
     Advice("PyTorch code through XLA (PyTorch/XLA lazy or openxla, torchax; torch 2.9) "
            "against JAX on the same model", ("xla_route",),
            _frameworks("JAX: jax.jit on a Flax model",

@@ -8,6 +8,7 @@
 - What does the GPU driver see, all processes?         `nvml_used`
 - The seed's method, kept to show its limits:          `psutil_rss_deltas`
 - Did that fail for lack of memory?                    `is_out_of_memory`
+- What does one more training step add, per framework? `step_peak` (picks among the above)
 
 Chapter 1 compares them on the vmap workloads.
 """
@@ -200,6 +201,31 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
 # its dynamic rule gives it (twice the 32 MiB ceiling of the mmap threshold on 64-bit).
 _M_TRIM_THRESHOLD = -1
 _GLIBC_MAX_TRIM_THRESHOLD = 2 * 32 * 2**20
+
+
+def step_peak(framework: str, device: str, run: Callable[[], object],
+              xla_plan: Callable[[], dict] | None = None) -> MemoryReading:
+    """What one more training step adds on top of the resident weights and optimizer state,
+    with the tool that answers it for `framework` ("torch" or "jax") on `device` ("cpu" or
+    "cuda"): on a GPU, PyTorch's `torch_cuda_peak` around `run()`, and for JAX XLA's plan
+    of the compiled step (`xla_plan()`, the `xla_memory_plan` of it: temporaries plus
+    outputs not written in place), since JAX's device peak cannot be reset; on a CPU,
+    where neither framework has a resettable peak, `host_call_peak` with thread arenas
+    (it runs `run` twice). Chapters 4 and `04_gpt_training` read their steps this way."""
+    if framework not in ("torch", "jax"):
+        raise ValueError(f"framework must be 'torch' or 'jax', got {framework!r}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cpu":
+        return host_call_peak(run, thread_arenas=True)
+    if framework == "torch":
+        return torch_cuda_peak(run)
+    if xla_plan is None:
+        raise ValueError("a JAX step on a GPU needs xla_plan: its device peak cannot be reset")
+    plan = xla_plan()
+    return MemoryReading(plan["temp"] + plan["output"] - plan["alias"],
+                         "XLA memory_analysis(): temp + output - alias",
+                         "what the compiled step allocates beyond its donated inputs")
 
 
 def _rss(field: str) -> int:

@@ -80,6 +80,28 @@ class OptimizerPair:
     optax: Any  # optax.GradientTransformation
 
 
+@dataclass(frozen=True)
+class Family:
+    """How the proof runs one model family in each framework. A batch is a pair of NumPy
+    arrays (inputs, targets), laid out as PyTorch takes them.
+
+    torch_forward(model, inputs, targets) -> (logits, loss), from NumPy arrays;
+    torch_gradients(model) -> {NNX path: array}, after a backward pass;
+    jax_loss(model, inputs, targets) -> (loss, logits), traced under `jax.jit`;
+    jax_inputs(inputs) -> the JAX model's layout of `inputs`;
+    torch_optimizer(model, hyper) -> an object with step() and zero_grad(set_to_none);
+    optax(hyper) -> the twin `optax.GradientTransformation`.
+    """
+
+    name: str
+    torch_forward: Callable
+    torch_gradients: Callable
+    jax_loss: Callable
+    jax_inputs: Callable
+    torch_optimizer: Callable
+    optax: Callable
+
+
 def torch_sgd(params, hyper: dict):
     """torch.optim.SGD from `hyper` (lr, optional momentum); the twin of `optax_sgd`."""
     import torch
@@ -121,15 +143,29 @@ def sgd_pair(hyper: dict) -> OptimizerPair:
 
 def prove_parity(hf_model, nnx_model, images_nchw, labels, *, optimizers=None,
                  hyper=ADAMW, steps: int = TRAINING_STEPS) -> list[dict]:
-    """All three parts for one ported pair and one batch: model, optimizers, training.
+    """All three parts for one ported ViT pair and one batch: model, optimizers, training.
 
     Neither model is changed. Part 2 runs on `hf_model`'s own parameter shapes and values,
     with `optimizers` (default: `trajectory_optimizers()`). Part 3 trains `steps` AdamW
     steps with `hyper` (default: the chapter's `ADAMW`); part 1 is read from its first
     step, so each model is compiled once.
     """
-    runs = _train_both(hf_model, nnx_model, images_nchw, labels, hyper, steps)
-    named = {name: p.detach().cpu().numpy() for name, p in hf_model.named_parameters()}
+    return prove(vit_family(), hf_model, nnx_model, [(images_nchw, labels)],
+                 optimizers=optimizers or trajectory_optimizers(), hyper=hyper, steps=steps)
+
+
+def prove(family: Family, torch_model, nnx_model, batches, *, optimizers, hyper,
+          steps: int = TRAINING_STEPS, curves: dict | None = None) -> list[dict]:
+    """The three parts for any `Family`: part 1 on the first batch, part 2 with
+    `optimizers` on `torch_model`'s parameters, part 3 training `steps` steps with
+    `family`'s optimizer built from `hyper`, step i on batch i (cycling). Neither model
+    is changed. A `curves` dict receives part 3's losses, {"PyTorch": ..., "JAX": ...},
+    as `training_losses` returns them."""
+    runs = _train_both(family, torch_model, nnx_model, batches, hyper, steps)
+    if curves is not None:
+        curves.update({side: np.asarray(list(run["loss curve"].values()))
+                       for side, run in runs.items()})
+    named = {name: p.detach().cpu().numpy() for name, p in torch_model.named_parameters()}
     return [*_model_rows(runs), *optimizer_parity(named, optimizers), _training_row(runs)]
 
 
@@ -140,7 +176,13 @@ def model_parity(hf_model, nnx_model, images_nchw, labels) -> list[dict]:
     Neither model is changed. Returns one row per quantity: the largest absolute
     difference, the tensor where it occurred, and the tolerance.
     """
-    return _model_rows(_train_both(hf_model, nnx_model, images_nchw, labels, ADAMW, steps=1))
+    return family_model_parity(vit_family(), hf_model, nnx_model, [(images_nchw, labels)])
+
+
+def family_model_parity(family: Family, torch_model, nnx_model, batches,
+                        hyper=ADAMW) -> list[dict]:
+    """Part 1 alone for any `Family`, on the first of `batches`."""
+    return _model_rows(_train_both(family, torch_model, nnx_model, batches[:1], hyper, steps=1))
 
 
 
@@ -182,8 +224,8 @@ def optimizer_parity(named_params: dict[str, np.ndarray], optimizers=None, *,
             for step in range(1, steps + 1):
                 grads = {name: (rng.standard_normal(p.shape) * 10.0 ** rng.uniform(-9, 0, p.shape))
                          .astype(np.float32) for name, p in named_params.items()}
-                for name, param in ours.items():
-                    param.grad = torch.from_numpy(grads[name])
+                for name, param in ours.items():  # a copy: an optimizer may clip in place
+                    param.grad = torch.tensor(grads[name])
                 torch_optimizer.step()
                 theirs, state = optax_step(theirs, state, grads)
                 for name, param in ours.items():
@@ -203,7 +245,8 @@ def trajectory_optimizers() -> tuple[OptimizerPair, ...]:
 def training_parity(hf_model, nnx_model, images_nchw, labels, *, hyper=ADAMW,
                     steps: int = TRAINING_STEPS) -> list[dict]:
     """Train a copy of each model for `steps` AdamW steps on the batch; compare losses."""
-    return [_training_row(_train_both(hf_model, nnx_model, images_nchw, labels, hyper, steps))]
+    return [_training_row(_train_both(vit_family(), hf_model, nnx_model,
+                                      [(images_nchw, labels)], hyper, steps))]
 
 
 def training_losses(hf_model, nnx_model, images_nchw, labels, *, hyper=ADAMW,
@@ -212,7 +255,14 @@ def training_losses(hf_model, nnx_model, images_nchw, labels, *, hyper=ADAMW,
 
     Returns {"PyTorch": losses, "JAX": losses}, ready to plot; neither model is changed.
     """
-    runs = _train_both(hf_model, nnx_model, images_nchw, labels, hyper, steps)
+    return family_training_losses(vit_family(), hf_model, nnx_model, [(images_nchw, labels)],
+                                  hyper=hyper, steps=steps)
+
+
+def family_training_losses(family: Family, torch_model, nnx_model, batches, *, hyper,
+                           steps: int = TRAINING_STEPS) -> dict[str, np.ndarray]:
+    """`training_losses` for any `Family`, step i on batch i (cycling)."""
+    runs = _train_both(family, torch_model, nnx_model, batches, hyper, steps)
     return {side: np.asarray(list(run["loss curve"].values())) for side, run in runs.items()}
 
 
@@ -282,55 +332,44 @@ def _training_row(runs) -> dict:
                     ours, theirs, TOLERANCES["loss curve"])
 
 
-def _train_both(hf_model, nnx_model, images_nchw, labels, hyper, steps) -> dict[str, dict]:
+def _train_both(family, torch_model, nnx_model, batches, hyper, steps) -> dict[str, dict]:
     """Train a copy of each model; keep the first step's logits, loss and gradients (keyed
     by NNX path) and every step's loss."""
     from flax import nnx
 
     with strict_fp32():
-        return {"PyTorch": _torch_training(copy.deepcopy(hf_model), images_nchw, labels, hyper,
+        return {"PyTorch": _torch_training(family, copy.deepcopy(torch_model), batches, hyper,
                                            steps),
-                "JAX": _jax_training(nnx.clone(nnx_model), images_nchw, labels, hyper, steps)}
+                "JAX": _jax_training(family, nnx.clone(nnx_model), batches, hyper, steps)}
 
 
-def _torch_training(model, images_nchw, labels, hyper, steps) -> dict[str, dict]:
-    import torch
-
-    from deepdive.vit import hf_arrays_as_nnx
-
-    device = next(model.parameters()).device
-    images = torch.as_tensor(images_nchw, device=device)
-    labels = torch.as_tensor(labels, device=device)
+def _torch_training(family, model, batches, hyper, steps) -> dict[str, dict]:
     model.train()
-    optimizer = torch_adamw(model.parameters(), hyper)
+    optimizer = family.torch_optimizer(model, hyper)
     out = {"loss curve": {}}
     for step in range(1, steps + 1):
-        logits = model(pixel_values=images).logits
-        loss = torch.nn.functional.cross_entropy(logits, labels)
+        logits, loss = family.torch_forward(model, *batches[(step - 1) % len(batches)])
         loss.backward()
         if step == 1:
             out["logits"] = {"logits": logits.detach().cpu().numpy()}
             out["loss"] = {"loss": loss.detach().cpu().numpy()}
-            out["gradients"] = hf_arrays_as_nnx((name, p.grad.cpu().numpy())
-                                                for name, p in model.named_parameters())
+            out["gradients"] = family.torch_gradients(model)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         out["loss curve"][f"step {step}"] = loss.detach().cpu().numpy()
     return out
 
 
-def _jax_training(model, images_nchw, labels, hyper, steps) -> dict[str, dict]:
+def _jax_training(family, model, batches, hyper, steps) -> dict[str, dict]:
     import jax.numpy as jnp
     from flax import nnx
 
-    from deepdive.vit import nchw_to_nhwc
-
-    images, labels = jnp.asarray(nchw_to_nhwc(images_nchw)), jnp.asarray(labels)
-    optimizer = nnx.Optimizer(model, _optax_adamw_for(tuple(hyper.items())), wrt=nnx.Param)
-    train_step = _jax_train_step()
+    batches = [(jnp.asarray(family.jax_inputs(x)), jnp.asarray(y)) for x, y in batches]
+    optimizer = nnx.Optimizer(model, _optax_for(family, tuple(hyper.items())), wrt=nnx.Param)
+    train_step = _jax_train_step(family)
     out = {"loss curve": {}}
     for step in range(1, steps + 1):
-        loss, logits, grads = train_step(model, optimizer, images, labels)
+        loss, logits, grads = train_step(model, optimizer, *batches[(step - 1) % len(batches)])
         if step == 1:
             out["logits"] = {"logits": np.asarray(logits)}
             out["loss"] = {"loss": np.asarray(loss)}
@@ -342,17 +381,13 @@ def _jax_training(model, images_nchw, labels, hyper, steps) -> dict[str, dict]:
 # Compiled functions are built once per process and reused, so proving several models of
 # one shape, or the same model twice, compiles once.
 @functools.cache
-def _jax_train_step():
-    import optax
+def _jax_train_step(family):
     from flax import nnx
 
-    def loss_fn(model, images, labels):
-        logits = model(images)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), logits
-
     @nnx.jit  # compiled, as the benchmark runs it
-    def train_step(model, optimizer, images, labels):
-        (loss, logits), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, images, labels)
+    def train_step(model, optimizer, inputs, targets):
+        (loss, logits), grads = nnx.value_and_grad(family.jax_loss, has_aux=True)(
+            model, inputs, targets)
         optimizer.update(model, grads)
         return loss, logits, grads
 
@@ -360,8 +395,45 @@ def _jax_train_step():
 
 
 @functools.cache
-def _optax_adamw_for(hyper_items: tuple):
-    return optax_adamw(dict(hyper_items))
+def _optax_for(family, hyper_items: tuple):
+    return family.optax(dict(hyper_items))
+
+
+@functools.cache
+def vit_family() -> Family:
+    """Chapter 4's ViT: HF's PyTorch model on NCHW images, its NNX twin on NHWC; AdamW."""
+    return Family("ViT", _vit_torch_forward, _vit_torch_gradients, _vit_jax_loss,
+                  _nchw_to_nhwc, lambda model, hyper: torch_adamw(model.parameters(), hyper),
+                  optax_adamw)
+
+
+def _vit_torch_forward(model, images_nchw, labels):
+    import torch
+
+    device = next(model.parameters()).device
+    logits = model(pixel_values=torch.as_tensor(images_nchw, device=device)).logits
+    loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(labels, device=device))
+    return logits, loss
+
+
+def _vit_torch_gradients(model):
+    from deepdive.vit import hf_arrays_as_nnx
+
+    return hf_arrays_as_nnx((name, p.grad.detach().cpu().numpy().copy())
+                            for name, p in model.named_parameters())
+
+
+def _vit_jax_loss(model, images, labels):
+    import optax
+
+    logits = model(images)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), logits
+
+
+def _nchw_to_nhwc(images):
+    from deepdive.vit import nchw_to_nhwc
+
+    return nchw_to_nhwc(images)
 
 
 @functools.cache

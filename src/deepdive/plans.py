@@ -158,6 +158,20 @@ SIZES = {
         "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (16, 32), 15),
         "full": ViTSizes(224, 16, 768, 12, 12, 3072, 1000, (32, 64, 128, 256), 30),
     },
+    # Chapter 3's GPTs (the slides' two at full), now trained by both frameworks.
+    "04_gpt_training": {
+        "small": CompileSizes((GPTWorkload("char", "char-small", 2, 4, 128, 64, 65, 16),
+                               GPTWorkload("vocab", "gpt-v1024-0.54M", 2, 4, 128, 128, 1024,
+                                           8))),
+        "medium": CompileSizes((GPTWorkload("char", "shakespeare-char, 2 layers", 2, 6, 384,
+                                            256, 65, 32),
+                                GPTWorkload("vocab", "gpt-v50304, 2 layers", 2, 6, 384, 256,
+                                            50304, 8))),
+        "full": CompileSizes((GPTWorkload("char", "shakespeare-char 10.65M", 6, 6, 384, 256,
+                                          65, 64),
+                              GPTWorkload("vocab", "GPT-2 124M", 12, 12, 768, 1024, 50304,
+                                          12))),
+    },
     # PyTorch/XLA and torchax on chapter 4's small ViT: torch_xla 2.9 has no GPU build, so
     # the page runs on the CPU at every scale (deepdive.xla_route.SCALE).
     "04_vit_xla": {scale: ViTSizes(32, 4, 64, 2, 4, 256, 10, (32,), 15)
@@ -177,6 +191,8 @@ OTHER_S = {
     "02_jit_xla": {"small": 30.0, "medium": 90.0, "full": 180.0},
     "03_torch_compile": {"small": 45.0, "medium": 150.0, "full": 300.0},
     "04_vit_training": {"small": 60.0, "medium": 90.0, "full": 180.0},
+    # The tie band, the parity proofs (two GPTs, 20 steps each side), the peaks, figures.
+    "04_gpt_training": {"small": 50.0, "medium": 90.0, "full": 180.0},
     # Two worker starts, the parity pass (four routes compile) and the tie band.
     "04_vit_xla": {"small": 45.0, "medium": 45.0, "full": 45.0},
     "05_distributed": {"small": 20.0, "medium": 60.0, "full": 90.0},
@@ -315,6 +331,45 @@ def gpt_backends(target: Target) -> dict[str, tuple[str, ...]]:
     bf16 = backends if target.inductor_bf16 else tuple(
         b for b in backends if not b.startswith("inductor"))
     return {"fp32": backends + copy, "bf16": bf16 + copy}
+
+
+def gpt_twin_modes(target: Target) -> list[tuple[str, str]]:
+    """Chapter `04_gpt_training`'s (mode, precision) configurations per GPT: in fp32,
+    PyTorch eager and an A/A copy of it, torch.compile (and reduce-overhead on a GPU), and
+    jax.jit with each attention; in bf16, PyTorch eager, jax.jit and, on a GPU where
+    Inductor compiles bf16 (compute capability 8.0 on), the compiled modes. A CPU build
+    compiles fp32 only: two more cold Inductor compiles would take a sixth of its budget."""
+    gpu = target.kind == "cuda"
+    compiled = ["torch.compile"] + (["torch.compile reduce-overhead"] if gpu else [])
+    fp32 = ["torch eager", "torch eager A/A copy", *compiled, "jax.jit",
+            "jax.jit, eager attention"]
+    bf16 = ["torch eager", *(compiled if gpu and target.inductor_bf16 else []), "jax.jit"]
+    return [(m, "fp32") for m in fp32] + [(m, "bf16") for m in bf16]
+
+
+def _gpt_twin_works(s: CompileSizes, target: Target) -> list[Work]:
+    """Per GPT: every configuration of `gpt_twin_modes`, built from the proven weights,
+    checked on its first step and timed in one compare, all alive together (PyTorch keeps
+    weights, gradients and two moments, 16 bytes a parameter; JAX donates its state, 12).
+    Both frameworks' allocators keep their peak, and on a GPU the CUDA-graph pool another,
+    so activations count two or three times. Each GPT is freed before the next."""
+    works = []
+    configs = gpt_twin_modes(target)
+    for w in s.workloads:
+        torch_configs = [m for m, _ in configs if m.startswith("torch")]
+        compile_s = sum(compile_seconds("torch.compile", target.kind, w.n_layer)
+                        for m in torch_configs if m.startswith("torch.compile")) \
+            + sum(compile_seconds("jax.jit", target.kind, w.n_layer)
+                  for m, _ in configs if m.startswith("jax"))
+        state = (16 * len(torch_configs) + 12 * (len(configs) - len(torch_configs)) + 4) \
+            * w.parameters
+        copies = 3 if target.kind == "cuda" else 2
+        works.append(Work(f"GPT {w.name}, batch {w.batch_size}x{w.block_size}",
+                          alike(len(configs), Call(gpt_step_flops(w), dispatches=30 * w.n_layer)),
+                          compile_s=compile_s, untimed_calls=4,
+                          memory=state + copies * gpt_activation_bytes(w, target),
+                          cell="GPT timing"))
+    return works
 
 
 def _compile_works(s: CompileSizes, target: Target) -> list[Work]:
@@ -468,7 +523,8 @@ def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
 
 _BUILDERS = {"01_vmap": _vmap_works, "02_jit_xla": _jit_works,
              "03_torch_compile": _compile_works, "04_vit_training": _vit_works,
-             "04_vit_xla": _xla_works, "05_distributed": _distributed_works}
+             "04_vit_xla": _xla_works, "04_gpt_training": _gpt_twin_works,
+             "05_distributed": _distributed_works}
 
 
 # The GPUs a reader has or rents, by short name, with the memory torch reports for them.
