@@ -216,13 +216,25 @@ def test_measured_copy_bandwidth_rejects_a_bad_size():
         measured_copy_bandwidth(2)
 
 
-def test_build_peak_on_a_cpu_is_the_better_measured_rate_of_the_two_frameworks():
-    with jax.default_matmul_precision("highest"):
-        peak = build_peak("cpu", "fp32")
-        jax_rate = jax_matmul_rate("fp32")
+@pytest.mark.parametrize(("torch_rate", "jax_rate", "source"), [
+    (2e11, 1e11, "torch.mm"), (1e11, 3e11, "JAX 1024^3")])
+def test_build_peak_on_a_cpu_takes_the_better_rate_of_the_two_frameworks(
+        monkeypatch, torch_rate, jax_rate, source):
+    import deepdive.flops as flops_module
 
-    assert peak.dtype == "fp32" and "measured on this machine" in peak.source
-    assert peak.flops_per_s >= 0.7 * jax_rate  # the better of two noisy measurements
+    monkeypatch.setattr(flops_module, "measured_matmul_peak", lambda dtype: Peak(
+        torch_rate, dtype, f"measured on this machine: best {dtype} torch.mm rate"))
+    monkeypatch.setattr(flops_module, "jax_matmul_rate", lambda dtype: jax_rate)
+
+    peak = build_peak("cpu", "fp32")
+
+    assert peak.flops_per_s == max(torch_rate, jax_rate) and source in peak.source
+
+
+def test_jax_matmul_rate_is_a_plausible_cpu_rate():
+    with jax.default_matmul_precision("highest"):
+        rate = jax_matmul_rate("fp32", n=256)
+    assert 1e8 < rate < 1e13
 
 
 def test_build_peak_labels_emulated_bf16_and_rejects_other_devices():

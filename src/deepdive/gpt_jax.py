@@ -18,8 +18,11 @@ and with the same math, where Flax's defaults differ from PyTorch's:
 
 Mixed precision follows `torch.autocast(dtype=torch.bfloat16)` on the PyTorch model when
 asked to (``dtype=jnp.bfloat16``): matmuls and attention in bf16 with fp32 accumulation,
-GELU on the bf16 matmul output, while the embeddings, the residual stream, every LayerNorm
-and the loss stay in fp32; parameters stay fp32.
+in the backward pass too (`bf16_dot_algorithm`), GELU on the bf16 matmul output, while the
+embeddings, the residual stream, every LayerNorm and the loss stay in fp32; parameters stay
+fp32. ``flatten_tokens=True`` multiplies (tokens, features) matrices in the linear layers,
+as PyTorch's `F.linear` does, instead of Flax's dot over all leading axes: the same math,
+which XLA's CPU backend differentiates faster (the GPT page measures it).
 
 `port_torch_weights` copies a PyTorch GPT into the twin and refuses, by name, a parameter
 without a home, a home without a parameter, or a shape that disagrees; an untied PyTorch
@@ -45,6 +48,15 @@ LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 GRAD_CLIP = 1.0  # nanoGPT's grad_clip, applied by both frameworks' training steps
 
 
+def bf16_dot_algorithm(dtype):
+    """The dot algorithm of a `dtype` matmul: for bf16, BF16_BF16_F32 (bf16 operands,
+    fp32 accumulation). Without it, the backward pass of a bf16 dot that returns fp32
+    receives an fp32 cotangent, and JAX's transposed dots run in fp32 (jax-ml/jax#24047),
+    where autocast's backward matmuls run in bf16. ``None`` (the precision in force) for
+    any other dtype."""
+    return jax.lax.DotAlgorithmPreset.BF16_BF16_F32 if dtype == jnp.bfloat16 else None
+
+
 def _linear(n_in, n_out, cfg, *, std, dtype, param_dtype, rngs):
     return nnx.Linear(n_in, n_out, use_bias=cfg.bias, dtype=dtype, param_dtype=param_dtype,
                       kernel_init=nnx.initializers.normal(std),
@@ -52,7 +64,8 @@ def _linear(n_in, n_out, cfg, *, std, dtype, param_dtype, rngs):
 
 
 def _layer_norm(cfg, *, param_dtype, rngs):
-    # fp32 under autocast too: LayerNorm is on autocast's fp32 list.
+    # fp32 under autocast too: on CUDA LayerNorm is on autocast's fp32 list; on a CPU its
+    # input, the fp32 residual stream, keeps it in fp32.
     return nnx.LayerNorm(cfg.n_embd, epsilon=LAYER_NORM_EPS, use_bias=cfg.bias,
                          use_fast_variance=False, dtype=jnp.float32, param_dtype=param_dtype,
                          rngs=rngs)
@@ -62,50 +75,60 @@ def causal_attention(q, k, v, scale):
     """Written-out causal attention on (batch, time, heads, head_dim): scores, a mask that
     hides the future, softmax in fp32, weighted values (SDPA's math)."""
     time = q.shape[1]
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32,
+                        precision=bf16_dot_algorithm(q.dtype)) * scale
     future = jnp.triu(jnp.ones((time, time), dtype=bool), k=1)
     weights = jax.nn.softmax(jnp.where(future, -jnp.inf, scores), axis=-1).astype(q.dtype)
     return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
 
 
+def _dense(layer, x, flatten):
+    return dense(layer, x, precision=bf16_dot_algorithm(layer.dtype), flatten=flatten)
+
+
 class CausalSelfAttention(nnx.Module):
-    def __init__(self, cfg: GPTConfig, *, attention, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: GPTConfig, *, attention, dtype, param_dtype, flatten,
+                 rngs: nnx.Rngs):
         kwargs = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.qkv = _linear(cfg.n_embd, 3 * cfg.n_embd, cfg, std=INIT_STD, **kwargs)
         self.proj = _linear(cfg.n_embd, cfg.n_embd, cfg, std=_residual_std(cfg), **kwargs)
-        self.n_head, self.attention = cfg.n_head, attention
+        self.n_head, self.attention, self.flatten = cfg.n_head, attention, flatten
 
     def __call__(self, x):
         batch, time, width = x.shape
         split = (batch, time, self.n_head, width // self.n_head)
-        q, k, v = (t.reshape(split) for t in jnp.split(dense(self.qkv, x), 3, axis=-1))
+        q, k, v = (t.reshape(split)
+                   for t in jnp.split(_dense(self.qkv, x, self.flatten), 3, axis=-1))
         scale = 1.0 / math.sqrt(split[-1])
         if self.attention == "eager":
             y = causal_attention(q, k, v, scale)
         else:
             y = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=True)
-        return dense(self.proj, y.reshape(batch, time, width))
+        return _dense(self.proj, y.reshape(batch, time, width), self.flatten)
 
 
 class MLP(nnx.Module):
-    def __init__(self, cfg: GPTConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: GPTConfig, *, dtype, param_dtype, flatten, rngs: nnx.Rngs):
         kwargs = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.up = _linear(cfg.n_embd, 4 * cfg.n_embd, cfg, std=INIT_STD, **kwargs)
         self.proj = _linear(4 * cfg.n_embd, cfg.n_embd, cfg, std=_residual_std(cfg), **kwargs)
+        self.flatten = flatten
 
     def __call__(self, x):
-        return dense(self.proj, jax.nn.gelu(dense(self.up, x), approximate=False))
+        hidden = jax.nn.gelu(_dense(self.up, x, self.flatten), approximate=False)
+        return _dense(self.proj, hidden, self.flatten)
 
 
 class Block(nnx.Module):
     """Pre-LayerNorm: x + attention(ln1(x)), then x + mlp(ln2(x)); the stream stays fp32."""
 
-    def __init__(self, cfg: GPTConfig, *, attention, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, cfg: GPTConfig, *, attention, dtype, param_dtype, flatten,
+                 rngs: nnx.Rngs):
         self.ln1 = _layer_norm(cfg, param_dtype=param_dtype, rngs=rngs)
         self.attn = CausalSelfAttention(cfg, attention=attention, dtype=dtype,
-                                        param_dtype=param_dtype, rngs=rngs)
+                                        param_dtype=param_dtype, flatten=flatten, rngs=rngs)
         self.ln2 = _layer_norm(cfg, param_dtype=param_dtype, rngs=rngs)
-        self.mlp = MLP(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.mlp = MLP(cfg, dtype=dtype, param_dtype=param_dtype, flatten=flatten, rngs=rngs)
 
     def __call__(self, x):
         x = x + self.attn(self.ln1(x)).astype(jnp.float32)
@@ -120,10 +143,12 @@ class GPT(nnx.Module):
         without `implementation=`: XLA's implementation on every device, no fused kernel).
     dtype: the matmuls' and attention's dtype (``jnp.bfloat16`` for autocast's policy).
     param_dtype: the parameters' dtype (fp32 master weights by default).
+    flatten_tokens: the linear layers multiply (tokens, features) matrices, as PyTorch's
+        `F.linear` does, rather than Flax's dot over (batch, time, features).
     """
 
     def __init__(self, cfg: GPTConfig, *, attention: str = "eager", dtype=jnp.float32,
-                 param_dtype=jnp.float32, rngs: nnx.Rngs):
+                 param_dtype=jnp.float32, flatten_tokens: bool = False, rngs: nnx.Rngs):
         if not isinstance(cfg, GPTConfig):
             raise TypeError(f"GPT needs a deepdive.gpt.GPTConfig, got {type(cfg).__name__}")
         if attention not in ATTENTION:
@@ -135,7 +160,8 @@ class GPT(nnx.Module):
         self.pos = nnx.Embed(cfg.block_size, cfg.n_embd, param_dtype=param_dtype,
                              embedding_init=init, rngs=rngs)
         self.blocks = nnx.List([Block(cfg, attention=attention, dtype=dtype,
-                                      param_dtype=param_dtype, rngs=rngs)
+                                      param_dtype=param_dtype, flatten=flatten_tokens,
+                                      rngs=rngs)
                                 for _ in range(cfg.n_layer)])
         self.ln_f = _layer_norm(cfg, param_dtype=param_dtype, rngs=rngs)
 
@@ -153,7 +179,8 @@ class GPT(nnx.Module):
             x = block(x)
         head = self.tok.embedding[...].astype(self.dtype)
         return jnp.einsum("btc,vc->btv", self.ln_f(x).astype(self.dtype), head,
-                          preferred_element_type=jnp.float32).astype(self.dtype)
+                          preferred_element_type=jnp.float32,
+                          precision=bf16_dot_algorithm(self.dtype)).astype(self.dtype)
 
     def __call__(self, idx, targets):
         """Mean cross-entropy of the next-token predictions, computed in fp32."""
@@ -248,10 +275,18 @@ def torch_arrays_as_nnx(named_arrays) -> dict[tuple, np.ndarray]:
 def port_torch_weights(torch_model, model: GPT) -> None:
     """Copy every parameter of a PyTorch `deepdive.gpt.GPT` into `model`, in place.
 
-    Refuses, naming it: a PyTorch parameter with no place in the twin (an untied head
-    among them), a twin parameter with no PyTorch source, or a shape that disagrees.
+    Refuses, naming it: a model of another configuration (a head count changes no name or
+    shape), a parameter that is not fp32, a PyTorch parameter with no place in the twin (an
+    untied head among them), a twin parameter with no PyTorch source, or a shape that
+    disagrees.
     """
-    arrays = torch_arrays_as_nnx((name, p.detach().cpu().float().numpy())
+    if getattr(torch_model, "cfg", None) != model.cfg:
+        raise ValueError(f"the PyTorch model's config {getattr(torch_model, 'cfg', None)} is "
+                         f"not the twin's {model.cfg}")
+    not_fp32 = [n for n, p in torch_model.named_parameters() if str(p.dtype) != "torch.float32"]
+    if not_fp32:
+        raise ValueError(f"PyTorch parameters must be fp32 (master weights), got {not_fp32}")
+    arrays = torch_arrays_as_nnx((name, p.detach().cpu().numpy())
                                  for name, p in torch_model.named_parameters())
     flat = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
     missing = sorted(set(flat) - set(arrays), key=str)

@@ -211,7 +211,7 @@ def step_peak(framework: str, device: str, run: Callable[[], object],
     of the compiled step (`xla_plan()`, the `xla_memory_plan` of it: temporaries plus
     outputs not written in place), since JAX's device peak cannot be reset; on a CPU,
     where neither framework has a resettable peak, `host_call_peak` with thread arenas
-    (it runs `run` twice). Chapters 4 and `04_gpt_training` read their steps this way."""
+    (it runs `run` twice). Chapter `04_gpt_training` reads its steps this way."""
     if framework not in ("torch", "jax"):
         raise ValueError(f"framework must be 'torch' or 'jax', got {framework!r}")
     if device not in ("cpu", "cuda"):

@@ -128,6 +128,21 @@ class DistributedSizes:
     n_out: int = 10
 
 
+# Chapter 3's two GPTs per scale (the slides' two at full); the GPT page trains the same.
+_GPTS = {
+    "small": CompileSizes((GPTWorkload("char", "char-small", 2, 4, 128, 64, 65, 16),
+                           GPTWorkload("vocab", "gpt-v1024-0.54M", 2, 4, 128, 128, 1024,
+                                       8))),
+    "medium": CompileSizes((GPTWorkload("char", "shakespeare-char, 2 layers", 2, 6, 384,
+                                        256, 65, 32),
+                            GPTWorkload("vocab", "gpt-v50304, 2 layers", 2, 6, 384, 256,
+                                        50304, 8))),
+    "full": CompileSizes((GPTWorkload("char", "shakespeare-char 10.65M", 6, 6, 384, 256,
+                                      65, 64),
+                          GPTWorkload("vocab", "GPT-2 124M", 12, 12, 768, 1024, 50304,
+                                      12))),
+}
+
 SIZES = {
     "01_vmap": {
         "small": VmapSizes((16, 64, 256), 64, 64, 32, 32, 32, 64, (10, 30, 100, 300)),
@@ -140,38 +155,14 @@ SIZES = {
         "medium": JitSizes(2**25, (1, 2, 4, 8, 16), 100, 50, 1024),
         "full": JitSizes(2**27, (1, 2, 4, 8, 16, 32), 1000, 200, 4096),
     },
-    "03_torch_compile": {
-        "small": CompileSizes((GPTWorkload("char", "char-small", 2, 4, 128, 64, 65, 16),
-                               GPTWorkload("vocab", "gpt-v1024-0.54M", 2, 4, 128, 128, 1024,
-                                           8))),
-        "medium": CompileSizes((GPTWorkload("char", "shakespeare-char, 2 layers", 2, 6, 384,
-                                            256, 65, 32),
-                                GPTWorkload("vocab", "gpt-v50304, 2 layers", 2, 6, 384, 256,
-                                            50304, 8))),
-        "full": CompileSizes((GPTWorkload("char", "shakespeare-char 10.65M", 6, 6, 384, 256,
-                                          65, 64),
-                              GPTWorkload("vocab", "GPT-2 124M", 12, 12, 768, 1024, 50304,
-                                          12))),
-    },
+    "03_torch_compile": _GPTS,
     "04_vit_training": {
         "small": ViTSizes(32, 4, 64, 2, 4, 256, 10, (8, 32), 15),
         "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (16, 32), 15),
         "full": ViTSizes(224, 16, 768, 12, 12, 3072, 1000, (32, 64, 128, 256), 30),
     },
     # Chapter 3's GPTs (the slides' two at full), now trained by both frameworks.
-    "04_gpt_training": {
-        "small": CompileSizes((GPTWorkload("char", "char-small", 2, 4, 128, 64, 65, 16),
-                               GPTWorkload("vocab", "gpt-v1024-0.54M", 2, 4, 128, 128, 1024,
-                                           8))),
-        "medium": CompileSizes((GPTWorkload("char", "shakespeare-char, 2 layers", 2, 6, 384,
-                                            256, 65, 32),
-                                GPTWorkload("vocab", "gpt-v50304, 2 layers", 2, 6, 384, 256,
-                                            50304, 8))),
-        "full": CompileSizes((GPTWorkload("char", "shakespeare-char 10.65M", 6, 6, 384, 256,
-                                          65, 64),
-                              GPTWorkload("vocab", "GPT-2 124M", 12, 12, 768, 1024, 50304,
-                                          12))),
-    },
+    "04_gpt_training": _GPTS,
     # PyTorch/XLA and torchax on chapter 4's small ViT: torch_xla 2.9 has no GPU build, so
     # the page runs on the CPU at every scale (deepdive.xla_route.SCALE).
     "04_vit_xla": {scale: ViTSizes(32, 4, 64, 2, 4, 256, 10, (32,), 15)
@@ -336,14 +327,17 @@ def gpt_backends(target: Target) -> dict[str, tuple[str, ...]]:
 def gpt_twin_modes(target: Target) -> list[tuple[str, str]]:
     """Chapter `04_gpt_training`'s (mode, precision) configurations per GPT: in fp32,
     PyTorch eager and an A/A copy of it, torch.compile (and reduce-overhead on a GPU), and
-    jax.jit with each attention; in bf16, PyTorch eager, jax.jit and, on a GPU where
-    Inductor compiles bf16 (compute capability 8.0 on), the compiled modes. A CPU build
-    compiles fp32 only: two more cold Inductor compiles would take a sixth of its budget."""
+    jax.jit with each attention and with tokens flattened in its linear layers; in bf16,
+    PyTorch eager, jax.jit and, on a GPU, the compiled modes. A CPU build compiles fp32
+    only: two more cold Inductor compiles would take a sixth of its budget. A GPU without
+    bf16 arithmetic (compute capability below 8.0) runs no bf16: Inductor refuses it, and
+    XLA has no BF16_BF16_F32 dot there."""
     gpu = target.kind == "cuda"
     compiled = ["torch.compile"] + (["torch.compile reduce-overhead"] if gpu else [])
     fp32 = ["torch eager", "torch eager A/A copy", *compiled, "jax.jit",
-            "jax.jit, eager attention"]
-    bf16 = ["torch eager", *(compiled if gpu and target.inductor_bf16 else []), "jax.jit"]
+            "jax.jit, eager attention", "jax.jit, tokens flattened"]
+    bf16 = [] if gpu and not target.inductor_bf16 else [
+        "torch eager", *(compiled if gpu else []), "jax.jit"]
     return [(m, "fp32") for m in fp32] + [(m, "bf16") for m in bf16]
 
 

@@ -108,19 +108,27 @@ class ViTAttention(nnx.Module):
         return dense(self.o_proj, out.reshape(batch, tokens, -1))
 
 
-def dense(layer: nnx.Linear, x):
+def dense(layer: nnx.Linear, x, *, precision=None, flatten: bool = False):
     """`layer(x)` as PyTorch's bf16 matmuls compute it: inputs and kernel in the layer's
     dtype, products accumulated and the bias added in fp32, one rounding to the layer's
     dtype at the end. In fp32 it is `layer(x)`. With the bias added in bf16 instead, its
     gradient, a sum over batch x tokens whose terms largely cancel, would be summed in bf16
     too and lose most of its digits (chapter 4 checks the gradients of every variant).
+
+    precision: the dot's precision or algorithm (default: the one in force); the GPT twin
+        passes `bf16_dot_algorithm` so its backward dots run in bf16 too.
+    flatten: multiply (tokens, features) matrices, leading axes merged, as PyTorch's
+        `F.linear` does, rather than a dot over all leading axes (Flax's `nnx.Linear`).
     """
     dtype = layer.dtype or x.dtype
+    lead = x.shape[:-1]
+    if flatten:
+        x = x.reshape(-1, x.shape[-1])
     y = jnp.dot(x.astype(dtype), layer.kernel[...].astype(dtype),
-                preferred_element_type=jnp.float32)
+                preferred_element_type=jnp.float32, precision=precision)
     if layer.bias is not None:
         y = y + layer.bias[...].astype(jnp.float32)
-    return y.astype(dtype)
+    return y.astype(dtype).reshape(*lead, y.shape[-1])
 
 
 def eager_attention(q, k, v, scale):
