@@ -56,6 +56,8 @@ def claim_ids(shape):
            for key, name in zip(("char", "vocab"), shape["gpt"], strict=True)
            for precision in (("fp32", "bf16") if shape["bf16"] else ("fp32",))
            for baseline in ("eager", "compile")]
+    c4 += [("04_gpt_training", f"{key}_fp32_flat_vs_3d", f"GPT training step, {name}")
+           for key, name in zip(("char", "vocab"), shape["gpt"], strict=True)]
     c5 = [("05_distributed", f"{name}_x{n}_{tail}", f"MLP training step, {n} devices")
           for n in shape["devices"]
           for name, tail in (("dp", "vs_one"), ("fsdp", "vs_dp"))]

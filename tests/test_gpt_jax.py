@@ -330,13 +330,15 @@ def test_bf16_backward_matmuls_run_in_bf16_as_autocasts_do(attention):
     loss = jax.value_and_grad(lambda p: nnx.merge(graphdef, p)(idx, targets))
 
     dots = list(dot_generals(jax.make_jaxpr(loss)(params).jaxpr))
+    # XLA's CPU backend runs a plain bf16 x bf16 dot in fp32; the algorithm keeps it in bf16.
+    plain = [e for e in dots if "BF16_BF16_F32" not in str(e.params["precision"])]
 
-    def in_bf16(eqn):
-        operands = {str(v.aval.dtype) for v in eqn.invars}
-        return operands == {"bfloat16"} or "BF16_BF16_F32" in str(eqn.params["precision"])
-
-    assert len(dots) >= 6 * cfg.n_layer  # forward and both transposes of every matmul
-    assert all(in_bf16(e) for e in dots), [str(e) for e in dots if not in_bf16(e)][:2]
+    assert len(dots) >= 3 * (4 * cfg.n_layer + 1)  # forward and both transposes of each
+    if attention == "eager":
+        assert not plain, [str(e) for e in plain][:2]
+    else:  # jax.nn.dot_product_attention's weights x values: its forward and two transposes
+        assert len(plain) == 3 * cfg.n_layer
+        assert all({str(v.aval.dtype) for v in e.invars} == {"bfloat16"} for e in plain)
 
 
 def test_autocast_runs_the_pytorch_models_matmuls_in_bf16():
@@ -383,5 +385,5 @@ def test_the_modes_compile_bf16_only_on_a_gpu_that_compiles_it():
     assert modes(a100, "bf16") == ["torch eager", "torch.compile",
                                    "torch.compile reduce-overhead", "jax.jit"]
     assert modes(t4, "bf16") == []  # no bf16 arithmetic: neither framework runs it
-    assert {"torch eager A/A copy", "jax.jit, eager attention",
-            "jax.jit, tokens flattened"} <= set(modes(t4, "fp32"))
+    assert {"torch eager A/A copy", "jax.jit", "jax.jit, tokens flattened"} <= set(
+        modes(t4, "fp32"))

@@ -117,6 +117,9 @@ EVIDENCE = (
               absent="no compiled bf16 claim in this build: the GPT page compiles bf16 on a "
                      "GPU with native bf16 only (its bf16 rows compare jax.jit with PyTorch "
                      "eager)"),
+    FromClaim("lm_flatten", "training", "04_gpt_training",
+              ("char_fp32_flat_vs_3d", "vocab_fp32_flat_vs_3d"),
+              {"faster": "flattened", "slower": "Flax's form"}),
     FromClaim("data_parallel", "scaling", "05_distributed", ("dp_x{n}_vs_one",),
               {"faster": "data parallel", "slower": "one device"}),
     FromClaim("fsdp_time", "scaling", "05_distributed", ("fsdp_x{n}_vs_dp",),

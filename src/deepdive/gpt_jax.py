@@ -79,7 +79,8 @@ def causal_attention(q, k, v, scale):
                         precision=bf16_dot_algorithm(q.dtype)) * scale
     future = jnp.triu(jnp.ones((time, time), dtype=bool), k=1)
     weights = jax.nn.softmax(jnp.where(future, -jnp.inf, scores), axis=-1).astype(q.dtype)
-    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v, preferred_element_type=jnp.float32,
+                      precision=bf16_dot_algorithm(q.dtype)).astype(q.dtype)
 
 
 def _dense(layer, x, flatten):

@@ -78,6 +78,11 @@ ADVICE = (
            "step, fp32 and bf16 mixed", ("lm_fp32", "lm_bf16"),
            _frameworks("JAX: jax.jit of the whole step + dot_product_attention",
                        "PyTorch: torch.compile + SDPA"), "04_gpt_training", detail=True),
+    Advice("a JAX language model's linear layers (jax.jit step): Flax's dot over (batch, "
+           "time, features) or tokens flattened to (tokens, features)", ("lm_flatten",),
+           {"flattened": "flatten the tokens, as PyTorch's F.linear does",
+            "Flax's form": "keep nnx.Linear's dot over all leading axes",
+            "even": "a tie: either"}, "04_gpt_training"),
     Advice("PyTorch code through XLA (PyTorch/XLA lazy or openxla, torchax; torch 2.9) "
            "against JAX on the same model", ("xla_route",),
            _frameworks("JAX: jax.jit on a Flax model",
