@@ -8,6 +8,7 @@ from deepdive import env
 from deepdive.claims import (
     COLUMNS,
     Claims,
+    cite,
     claims_path,
     describe,
     glue_claims,
@@ -55,6 +56,7 @@ def test_a_claim_lands_in_claims_csv_with_every_required_column():
                                                                "faster", ROUNDS)
     assert (row.ratio, row.low, row.high) == (2.0, 2.0, 2.0)
     assert (row.device, row.scale, row.tie_band) == (env.device_label(), "small", 0.03)
+    assert (row.build_band, row.reason) == (0.03, "the interval lies outside the band")
 
 
 def test_saving_a_chapter_replaces_its_rows_and_keeps_the_others():
@@ -98,7 +100,7 @@ def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
                                           "0.500x [0.450, 0.550]")
 
 
-def test_a_noisy_claim_in_the_file_reads_inconclusive():
+def test_a_noisy_claim_in_the_file_stays_decided_and_says_so():
     claims = Claims("01_vmap", TieBand(0.03))
     claims.compare("vmap_vs_loop", "q", SLOW, FAST)
     claims.save()
@@ -109,8 +111,27 @@ def test_a_noisy_claim_in_the_file_reads_inconclusive():
 
     glue_claims("01_vmap", glue=glue)
 
-    assert glued["vmap_vs_loop"] == "inconclusive on this build against"
-    assert glued["vmap_vs_loop_ratio"].endswith(", noisy")
+    assert glued["vmap_vs_loop"] == "faster than"
+    assert glued["vmap_vs_loop_ratio"] == "2.000x [2.000, 2.000]; noisy, size uncertain"
+    assert (glued["claims_noisy"], glued["claims_withheld"]) == (1, 0)
+
+
+def test_a_withheld_claim_says_its_interval_straddles_the_band():
+    claims = Claims("01_vmap", TieBand(0.03))
+    claims.compare("close", "q", SLOW, paired("a bit faster", [2e-3 / 1.03] * ROUNDS))
+    claims.save()
+    frame = pd.read_csv(claims_path())
+    frame.loc[0, ["ratio", "low", "high"]] = [1.03, 1.01, 1.05]
+    frame.to_csv(claims_path(), index=False)
+    glued, glue = collect()
+
+    glue_claims("01_vmap", glue=glue)
+
+    assert glued["close_verdict"] == "withheld"
+    assert glued["close"] == "undecided against"
+    assert glued["close_ratio"] == ("1.030x [1.010, 1.050]; the interval straddles an edge "
+                                    "of the band (±3.0%)")
+    assert glued["claims_withheld"] == 1
 
 
 def test_the_box_holds_headline_claims_and_the_full_table_all():
@@ -169,12 +190,14 @@ def test_an_a_a_control_widens_the_band_of_its_claim_only():
     candidate = paired("compiled step", [0.94e-3] * ROUNDS, session=5)
     claims = Claims("03_torch_compile", TieBand(0.03))
 
+    twin = paired("compiled step, second build", [0.94e-3] * ROUNDS, session=5)
     with_control = claims.compare("with", "q", base, candidate, control=control)
-    without = claims.compare("without", "q", base, candidate)
+    without = claims.compare("without", "q", base, twin)
 
     assert with_control.tie_band == pytest.approx(1.08 / 1.00 - 1)
     assert (with_control.verdict, without.verdict) == ("tie", "faster")
-    assert without.tie_band == 0.03
+    assert (with_control.widened_by, without.widened_by) == ("an A/A control", "")
+    assert without.tie_band == 0.03 and with_control.build_band == 0.03
     claims.save()
     glued, glue = collect()
     glue_claims("03_torch_compile", glue=glue)
@@ -194,10 +217,11 @@ def test_a_control_from_another_compare_call_is_refused():
     ((1.0213, 1.0119, 1.0432), "1.021x [1.012, 1.043]"),
     ((0.99, 0.97, 0.9933), "0.990x [0.970, 0.993]"),
     ((1595.6, 1559.5, 1629.1), "1596x [1560, 1629]"),
-    ((24.02, 23.41, 24.0), "24.0x [23.4, 24.0]"),
+    ((24.02, 23.41, 24.04), "24.0x [23.4, 24.0]"),
 ])
 def test_describe_shows_enough_digits_to_place_an_interval_against_the_band(numbers, text):
-    row = dict(zip(("ratio", "low", "high"), numbers, strict=True), noisy=False)
+    row = dict(zip(("ratio", "low", "high"), numbers, strict=True), noisy=False,
+               tie_band=0.001)
     assert describe(row) == text
 
 
@@ -213,3 +237,42 @@ def test_glue_noise_counts_noisy_and_extended_timings():
 
     assert counts == glued == {"timing_count": 3, "noisy_count": 1, "set_count": 2,
                                "extended_sets": 1, "extended_count": 2}
+
+
+def test_one_comparison_asked_twice_is_one_claim_under_two_names():
+    claims = Claims("04_vit_training", TieBand(0.03))
+    first = claims.compare("best_jax_vs_torch", "best against best", SLOW, FAST, headline=True)
+    again = claims.compare("fused_jax_vs_torch", "the API pairing", SLOW, FAST)
+    claims.save()
+    glued, glue = collect()
+
+    glue_claims("04_vit_training", glue=glue)
+
+    assert again is claims.claims["best_jax_vs_torch"] and first.claim_id == again.claim_id
+    assert list(load_claims("04_vit_training")["claim_id"]) == ["best_jax_vs_torch"]
+    assert glued["fused_jax_vs_torch"] == glued["best_jax_vs_torch"] == "faster than"
+    assert glued["fused_jax_vs_torch_ratio"] == "2.000x [2.000, 2.000]"
+
+
+def test_another_page_cites_a_claim_instead_of_measuring_it_again():
+    claims = Claims("03_torch_compile", TieBand(0.03))
+    claims.compare("char_inductor_fp32", "GPT char: inductor against eager", SLOW, FAST)
+    claims.save()
+    glued, glue = collect()
+
+    cited = cite("03_torch_compile", "char_inductor_fp32", as_key="char_inductor", glue=glue)
+
+    assert cited == glued and glued["char_inductor"] == "faster than"
+    assert glued["char_inductor_ratio"] == "2.000x [2.000, 2.000]"
+    with pytest.raises(KeyError, match="run 03_torch_compile first"):
+        cite("03_torch_compile", "vocab_inductor_fp32", glue=glue)
+
+
+def test_a_headline_can_be_marked_after_a_later_check():
+    claims = Claims("02_jit_xla", TieBand(0.03))
+    claims.compare("fusion_jit", "q", SLOW, FAST)
+    claims.mark_headline("fusion_jit")
+
+    assert claims.claims["fusion_jit"].headline
+    with pytest.raises(KeyError, match="no claims"):
+        claims.mark_headline("not_made")

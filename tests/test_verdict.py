@@ -1,43 +1,100 @@
 """deepdive.verdict: the one rule, on synthetic intervals and on real interleaved timings."""
 
+import shutil
 import time
 
 import numpy as np
 import pytest
 
+from deepdive import calibration, stability
 from deepdive.timing import Timing, compare
-from deepdive.verdict import TieBand, classify, decide, measure_tie_band
+from deepdive.verdict import (
+    BY_NOISE,
+    REASONS,
+    TieBand,
+    best_of,
+    classify,
+    decide,
+    measure_tie_band,
+    noise_reach,
+    reason,
+    straddles,
+)
 
 BAND = TieBand(0.05)  # ties within [0.952, 1.05]
 
 
 @pytest.mark.parametrize(
-    ("ratio", "low", "high", "noisy", "expected"),
+    ("ratio", "low", "high", "expected"),
     [
-        (2.0, 1.8, 2.2, False, "faster"),
-        (1.08, 1.06, 1.10, False, "faster"),  # the whole interval above the band
-        (0.5, 0.45, 0.55, False, "slower"),
-        (1.01, 0.98, 1.03, False, "tie"),  # the whole interval inside the band
-        (1.05, 1.02, 1.08, False, "inconclusive"),  # straddles the band's upper edge
-        (1.0, 0.62, 2.49, False, "inconclusive"),  # too wide to decide anything
-        (2.0, 1.8, 2.2, True, "inconclusive"),  # a noisy side decides nothing
-        (1.0, 0.99, 1.01, True, "inconclusive"),
+        (2.0, 1.8, 2.2, "faster"),
+        (1.08, 1.06, 1.10, "faster"),  # the whole interval above the band
+        (0.5, 0.45, 0.55, "slower"),
+        (1.01, 0.98, 1.03, "tie"),  # the whole interval inside the band
+        (1.05, 1.02, 1.08, "withheld"),  # straddles the band's upper edge
+        (1.0, 0.62, 2.49, "withheld"),  # too wide to decide anything
     ],
 )
-def test_classify_follows_the_rule(ratio, low, high, noisy, expected):
-    assert classify(ratio, low, high, noisy, BAND) == expected
+def test_classify_follows_the_rule(ratio, low, high, expected):
+    assert classify(ratio, low, high, BAND) == expected
 
 
 def test_the_tie_band_is_symmetric_in_log_space():
     assert BAND.low * BAND.high == pytest.approx(1.0)
     # A candidate 1.06x faster is faster; the same pair the other way round is slower.
-    assert classify(1.07, 1.06, 1.08, False, BAND) == "faster"
-    assert classify(1 / 1.07, 1 / 1.08, 1 / 1.06, False, BAND) == "slower"
+    assert classify(1.07, 1.06, 1.08, BAND) == "faster"
+    assert classify(1 / 1.07, 1 / 1.08, 1 / 1.06, BAND) == "slower"
 
 
 def test_a_wider_band_turns_a_small_difference_into_a_tie():
-    assert classify(1.04, 1.03, 1.05, False, TieBand(0.02)) == "faster"
-    assert classify(1.04, 1.03, 1.05, False, TieBand(0.06)) == "tie"
+    assert classify(1.04, 1.03, 1.05, TieBand(0.02)) == "faster"
+    assert classify(1.04, 1.03, 1.05, TieBand(0.06)) == "tie"
+
+
+@pytest.mark.parametrize(("verdict", "noisy", "key"), [
+    ("faster", False, "decided"), ("slower", True, "decided, noisy"), ("tie", False, "tie"),
+    ("tie", True, "tie, noisy"), ("withheld", False, "withheld"), ("withheld", True, "withheld")])
+def test_every_verdict_says_why(verdict, noisy, key):
+    assert reason(verdict, noisy) == REASONS[key]
+
+
+def noisy_pair(factor, session=11):
+    """A baseline whose rounds alternate between 1 and 2 ms (IQR half the median: noisy)
+    and a candidate `factor` times as fast in every round: the paired interval is tight."""
+    base = np.array([1e-3, 2e-3] * 8 + [1.5e-3])
+    return (Timing("base", base, 1, 0.0, session=session),
+            Timing("cand", base / factor, 1, 0.0, session=session))
+
+
+def test_a_noisy_side_does_not_withhold_a_clear_effect():
+    baseline, candidate = noisy_pair(5.0)
+    assert baseline.noisy and candidate.noisy
+
+    v = decide(baseline, candidate, BAND)
+
+    assert (v.verdict, v.noisy) == ("faster", True)
+    assert v.reason == REASONS["decided, noisy"]
+    assert v.decision_band == pytest.approx(noise_reach(baseline))
+    assert v.decision_band > BAND.width
+    assert (v.band, v.widened_by) == (BAND.width, BY_NOISE)
+
+
+def test_a_noisy_side_widens_the_band_so_a_small_effect_is_withheld():
+    baseline, candidate = noisy_pair(1.07)  # tight, but within the noisy sides' uncertainty
+
+    v = decide(baseline, candidate, BAND)
+    assert (v.verdict, v.reason) == ("withheld", REASONS["withheld, noisy"])
+    same = decide(*noisy_pair(1.0, session=13), BAND)  # noise never makes a difference a tie
+    assert (same.verdict, same.reason) == ("tie", REASONS["tie, noisy"])
+    quiet_base = Timing("q", np.full(17, 1e-3), 1, 0.0, session=12)
+    quiet_cand = Timing("c", np.full(17, 1e-3 / 1.07), 1, 0.0, session=12)
+    assert decide(quiet_base, quiet_cand, BAND).verdict == "faster"  # quiet: decided
+
+
+def test_noise_reach_is_the_far_end_of_a_sides_own_median_interval():
+    t = Timing("t", np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]), 1, 0.0, session=3)
+    low, high = t.ci95
+    assert noise_reach(t) == pytest.approx(max(high / 4 - 1, 4 / low - 1))
 
 
 @pytest.mark.parametrize(
@@ -50,7 +107,7 @@ def test_a_wider_band_turns_a_small_difference_into_a_tie():
 )
 def test_classify_rejects_impossible_intervals(args, message):
     with pytest.raises(ValueError, match=message):
-        classify(*args, False, BAND)
+        classify(*args, BAND)
 
 
 @pytest.mark.parametrize("width", [-0.1, float("nan"), "5%"])
@@ -72,8 +129,8 @@ def test_decide_calls_three_busy_waits_faster_than_one_per_three():
     v = decide(timings["three"], timings["one"], BAND)
 
     assert v.ratio == pytest.approx(3, rel=0.1)
-    assert v.verdict == "faster" or v.noisy  # a loaded machine may flag it, never reverse it
-    assert v.n == 15
+    assert v.verdict == "faster"  # a noisy side widens the band; a 3x effect clears it
+    assert v.n >= 15
 
 
 def test_decide_refuses_timings_that_were_not_interleaved():
@@ -102,10 +159,11 @@ def test_measure_tie_band_reports_its_evidence_and_a_plausible_width():
     frame = band.frame()
     assert set(frame["workload"]) == {"torch tiny elementwise", "torch 256x256 matmul",
                                       "torch 1024x1024 matmul"}
+    assert len(frame) == 9  # three copies: three pairs of each workload
     assert 0 < band.width < 1  # copies of one workload differ by less than 2x
-    # The band reaches as far as the widest A/A interval, no less.
-    assert band.high >= frame["high"].max() - 1e-12
-    assert band.low <= frame["low"].min() + 1e-12
+    # The band is one of the pairs' own reaches, and contains nine in ten of them.
+    assert band.width in set(frame["reach"])
+    assert (frame["reach"] <= band.width + 1e-12).mean() >= 0.9
 
 
 @pytest.mark.parametrize(
@@ -117,3 +175,42 @@ def test_measure_tie_band_reports_its_evidence_and_a_plausible_width():
 def test_measure_tie_band_rejects_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         measure_tie_band(**kwargs)
+
+
+def test_the_rule_decides_at_most_one_a_a_pair_in_twenty_on_a_loaded_machine(tmp_path,
+                                                                             monkeypatch):
+    """Separately built copies of the same workloads, timed while every core is busy in
+    bursts, decided against this build's tie band (measured quietly, as a build does; a
+    run without a build measures one first): the rule must call almost none of them
+    faster or slower. In a fresh process set up as a page is (threads, allocator)."""
+    built = calibration.path()
+    monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(tmp_path))  # never overwrite the build's
+    if built.exists():
+        shutil.copyfile(built, tmp_path / built.name)
+
+    pairs = stability.aa_probe()
+
+    decided = pairs[pairs["verdict"].isin(["faster", "slower"])]
+    assert len(pairs) == 24
+    assert len(decided) <= 0.05 * len(pairs), decided.to_string()
+
+
+def test_best_of_picks_the_lower_median_among_the_checked_variants():
+    fast = Timing("fast", np.full(15, 1e-3), 1, 0.0, session=4)
+    slow = Timing("slow", np.full(15, 2e-3), 1, 0.0, session=4)
+
+    assert best_of({"fast": fast, "slow": slow}, ["slow", "fast"]) == "fast"
+    assert best_of({"fast": fast, "slow": slow}, ["slow"]) == "slow"
+    with pytest.raises(KeyError, match="missing"):
+        best_of({"fast": fast}, ["fast", "absent"])
+
+
+def test_a_decision_band_narrower_than_the_tie_band_is_refused():
+    with pytest.raises(ValueError, match="may not be narrower"):
+        classify(1.5, 1.4, 1.6, TieBand(0.1), TieBand(0.05))
+
+
+@pytest.mark.parametrize(("low", "high", "expected"), [
+    (0.9, 1.02, True), (1.01, 1.08, True), (0.97, 1.03, False), (1.06, 1.2, False)])
+def test_straddles_means_crossing_an_edge_of_the_band(low, high, expected):
+    assert straddles(low, high, BAND) is expected

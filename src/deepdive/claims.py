@@ -2,30 +2,43 @@
 
 A chapter decides each comparison with `deepdive.verdict` and records it here; its prose
 then glues the verdicts back **from the file** (`glue_claims`), recomputing each verdict
-from the saved ratio, interval, noise flag and tie band, so the words on the page can
-only say what the numbers in the file say. Chapter 6 reads the same file. Chapter 1
-introduces it.
+from the saved ratio, interval and band, so the words on the page can only say what the
+numbers in the file say. Each row also says why its verdict reads as it does (`reason`:
+an interval outside or inside the band, one straddling it, or a decided verdict with a
+noisy side), the build's band (`build_band`, one per build: `deepdive.calibration`) and
+the band the rule applied (`tie_band`, widened by an A/A control or a noisy side, as
+`widened_by` says). Chapter 6 reads the same file. Chapter 1 introduces it.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from deepdive import env, provenance
 from deepdive.results import glue as glue_value
 from deepdive.results import results_dir
 from deepdive.timing import Timing
-from deepdive.verdict import TieBand, classify, decide, widen
+from deepdive.verdict import (
+    BY_CONTROL,
+    REASONS,
+    TieBand,
+    classify,
+    decide,
+    reason,
+    straddles,
+    widen,
+)
 
 FILE_NAME = "claims.csv"
-COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict", "noisy",
-           "n", "device", "scale", "tie_band", "baseline", "candidate", "headline")
+COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict", "reason",
+           "noisy", "n", "device", "scale", "tie_band", "decision_band", "build_band",
+           "widened_by", "baseline", "candidate", "headline", "aliases")
 # How a verdict reads in "<candidate> was ___ <baseline>".
 PHRASES = {"faster": "faster than", "slower": "slower than", "tie": "tied with",
-           "inconclusive": "inconclusive on this build against"}
+           "withheld": "undecided against"}
 
 
 @dataclass(frozen=True)
@@ -37,14 +50,19 @@ class Claim:
     low: float
     high: float
     verdict: str
+    reason: str
     noisy: bool
     n: int
     device: str
     scale: str
     tie_band: float
+    decision_band: float
+    build_band: float
+    widened_by: str
     baseline: str
     candidate: str
     headline: bool
+    aliases: str = ""  # other ids of the page for this same comparison, ";"-separated
 
 
 def claims_path() -> Path:
@@ -52,18 +70,31 @@ def claims_path() -> Path:
 
 
 class Claims:
-    """The claims of one chapter, decided against one tie band; `save()` merges them into
-    claims.csv, replacing whatever that chapter saved before."""
+    """The claims of one chapter, decided against the build's tie band; `save()` merges
+    them into claims.csv, replacing whatever that chapter saved before."""
 
-    def __init__(self, chapter: str, band: TieBand, device: str | None = None):
-        """`device` labels where the timings ran; by default `env.device_label()` (the GPU
-        when there is one): pass `env.cpu_label()` for work that ran on the CPU anyway."""
+    def __init__(self, chapter: str, band: TieBand | None = None, device: str | None = None,
+                 versions: dict | None = None):
+        """`band` is the build's tie band for the device the timings ran on, by default
+        read from the build's calibration (`deepdive.calibration.tie_band`). `device`
+        labels where the timings ran; by default `env.device_label()` (the GPU when there
+        is one): pass `env.cpu_label()` for work that ran on the CPU anyway. `versions`
+        names the torch and jax that ran, where this process's are not all of them
+        (`deepdive.provenance.stamp`)."""
         if not chapter or not isinstance(chapter, str):
             raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
+        if band is None:
+            from deepdive import calibration
+
+            on_cpu = device is not None and env.is_cpu_label(device)
+            band = calibration.tie_band("cpu" if on_cpu or env.gpu_name() is None else "cuda")
         if not isinstance(band, TieBand):
             raise TypeError(f"band must be a deepdive.verdict.TieBand, got {band!r}")
-        self.chapter, self.band = chapter, band
+        self.chapter, self.band, self.versions = chapter, band, versions
         self.claims: dict[str, Claim] = {}
+        # One measurement, one claim: a second id for a pair already claimed is an alias.
+        self.aliases: dict[str, str] = {}
+        self._pairs: dict[tuple, str] = {}
         self._device, self._scale = device or env.device_label(), env.scale()
 
     def compare(self, claim_id: str, question: str, baseline: Timing, candidate: Timing,
@@ -75,27 +106,50 @@ class Claims:
         batch 1024: jax.jit(vmap) against JAX's Python loop". `headline` puts the claim
         in the chapter's "What this build found" box. `control` is a separately built copy
         of the baseline timed in the same rounds (an A/A pair): when its interval reaches
-        further from 1 than the chapter's band, that reach is this claim's band, since
+        further from 1 than the build's band, that reach is this claim's band, since
         a workload can spread more than the small ones the band was measured on. `band`
-        replaces the chapter's band for this claim (one widened by an A/A pair of another
-        workload timed in the same rounds, `verdict.widen`); it may not be narrower.
+        replaces the build's band for this claim (one widened by an A/A pair of another
+        workload timed in the same rounds, `verdict.widen`); it may not be narrower. A
+        noisy side widens the band further (`deepdive.verdict.decide`).
         """
         if not claim_id.isidentifier():
             raise ValueError(f"claim_id must be a Python identifier (it names glue keys), "
                              f"got {claim_id!r}")
-        if claim_id in self.claims:
+        if claim_id in self.claims or claim_id in self.aliases:
             raise ValueError(f"claim {claim_id!r} is already recorded in {self.chapter}")
+        pair = (baseline.session, baseline.label, candidate.label)
+        if pair in self._pairs:  # the same comparison: one claim, and this id reads it
+            existing = self._pairs[pair]
+            self.aliases[claim_id] = existing
+            names = [a for a in self.claims[existing].aliases.split(";") if a] + [claim_id]
+            self.claims[existing] = replace(self.claims[existing], aliases=";".join(names),
+                                            headline=self.claims[existing].headline or headline)
+            return self.claims[existing]
         if band is not None and (not isinstance(band, TieBand) or band.width < self.band.width):
-            raise ValueError(f"band must be a TieBand at least as wide as the chapter's "
+            raise ValueError(f"band must be a TieBand at least as wide as the build's "
                              f"(±{self.band.width:.3f}), got {band!r}")
-        band = band or self.band
-        band = band if control is None else widen(band, baseline, control)
+        given = band or self.band
+        band = given if control is None else widen(given, baseline, control)
         v = decide(baseline, candidate, band)
+        widened_by = [BY_CONTROL] if band.width > self.band.width else []
+        widened_by += [v.widened_by] if v.widened_by else []
         claim = Claim(self.chapter, claim_id, question, v.ratio, v.low, v.high, v.verdict,
-                      v.noisy, v.n, self._device, self._scale, band.width, v.baseline,
-                      v.candidate, headline)
+                      v.reason, v.noisy, v.n, self._device, self._scale, v.band,
+                      v.decision_band, self.band.width, " and ".join(widened_by),
+                      v.baseline, v.candidate, headline)
         self.claims[claim_id] = claim
+        self._pairs[pair] = claim_id
         return claim
+
+    def mark_headline(self, *claim_ids: str) -> None:
+        """Put recorded claims in the chapter's box after the fact: for a headline that
+        must first pass a check made later on the page (chapter 2: no verdict the
+        allocator regime flips)."""
+        unknown = set(claim_ids) - set(self.claims)
+        if unknown:
+            raise KeyError(f"no claims {sorted(unknown)} recorded in {self.chapter}")
+        for claim_id in claim_ids:
+            self.claims[claim_id] = replace(self.claims[claim_id], headline=True)
 
     def frame(self):
         import pandas as pd
@@ -112,11 +166,13 @@ class Claims:
         if path.exists():
             kept = pd.read_csv(path)
             frames.insert(0, kept[kept["chapter"] != self.chapter])
-        merged = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+        rows = [f for f in frames if not f.empty]
+        # A chapter with no claims, and none saved by another: the file keeps its header.
+        merged = pd.concat(rows, ignore_index=True) if rows else self.frame()
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         merged.reindex(columns=COLUMNS).to_csv(temporary, index=False)
         temporary.replace(path)  # atomic: a reader never sees half a file
-        provenance.stamp(self.chapter, self._device)
+        provenance.stamp(self.chapter, self._device, self.versions)
         return path
 
 
@@ -136,19 +192,38 @@ def load_claims(chapter: str | None = None):
     return frame
 
 
+def _bands(row) -> tuple[TieBand, TieBand]:
+    """A saved row's tie band and decision band (rows saved before decision bands existed,
+    another build's published evidence, have the one band)."""
+    tie = TieBand(float(row["tie_band"]))
+    wide = row.get("decision_band") if hasattr(row, "get") else None
+    return tie, (TieBand(float(wide)) if wide is not None and wide == wide else tie)
+
+
 def reread_verdict(row) -> str:
-    """The verdict for a saved row, recomputed from its numbers with the one rule."""
-    return classify(float(row["ratio"]), float(row["low"]), float(row["high"]),
-                    _as_bool(row["noisy"]), TieBand(float(row["tie_band"])))
+    """The verdict for a saved row, recomputed from its numbers and bands with the one rule."""
+    return classify(float(row["ratio"]), float(row["low"]), float(row["high"]), *_bands(row))
+
+
+def reread_reason(row) -> str:
+    """Why a saved row's verdict reads as it does, recomputed like its verdict."""
+    return reason(reread_verdict(row), _as_bool(row["noisy"]),
+                  straddles(float(row["low"]), float(row["high"]), _bands(row)[0]))
 
 
 def describe(row) -> str:
-    """'1.021x [1.012, 1.043]' (speed-up of candidate over baseline, 95% interval), and
-    a note when a side was noisy. Three decimals below 10x, so an interval shown against
-    a band of a few percent shows where its ends lie; one decimal up to 1000x; none above."""
+    """'1.021x [1.012, 1.043]' (speed-up of candidate over baseline, 95% interval), then
+    why, where the verdict is not plain: '; noisy, size uncertain' for a decided verdict
+    with a noisy side, '; the interval straddles an edge of the band (±4.2%)' for a
+    withheld one. Three decimals below 10x, so an interval shown against a band of a few
+    percent shows where its ends lie; one decimal up to 1000x; none above."""
     ratio, low, high = (_ratio_text(float(row[k])) for k in ("ratio", "low", "high"))
     text = f"{ratio}x [{low}, {high}]"
-    return text + ", noisy" if _as_bool(row["noisy"]) else text
+    verdict, why = reread_verdict(row), reread_reason(row)
+    if verdict == "withheld":
+        wide = _bands(row)[1] if why == REASONS["withheld, noisy"] else _bands(row)[0]
+        return f"{text}; {why} (±{100 * wide.width:.1f}%)"
+    return f"{text}; {why}" if _as_bool(row["noisy"]) else text
 
 
 def _ratio_text(value: float) -> str:
@@ -178,11 +253,13 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
     """Read `chapter`'s claims back from claims.csv and glue them for the prose.
 
     For each claim: `<id>` the phrase ("faster than", "tied with", ...), `<id>_verdict`
-    the bare verdict, `<id>_ratio` its numbers. For the chapter: `claims_found`, the
-    headline claims as Markdown bullets for its "What this build found" box (paste with
-    the `glue:md` directive), `claims_all` every claim as a table, `tie_band_pct` the
-    chapter's band in percent (the narrowest of its claims': controls only widen). Returns
-    what it glued, by key.
+    the bare verdict, `<id>_ratio` its numbers (and why, where a side was noisy or the
+    verdict was withheld). For the chapter: `claims_found`, the headline claims as
+    Markdown bullets for its "What this build found" box (paste with the `glue:md`
+    directive), `claims_all` every claim as a table, `tie_band_pct` the build's band in
+    percent, `claims_count`, `claims_withheld` and `claims_noisy` (decided or tied with a
+    noisy side). A claim that two questions of the page share is glued under each of its
+    ids (`aliases`). Returns what it glued, by key.
     """
     import pandas as pd
     from IPython.display import Markdown
@@ -201,16 +278,55 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
         put(f"{row['claim_id']}_verdict", verdict)
         put(f"{row['claim_id']}_ratio", describe(row))
         rows.append({"question": row["question"], "verdict": verdict,
-                     "speed-up [95% interval]": describe(row)})
+                     "speed-up [95% interval]": describe(row),
+                     "band": f"±{100 * float(row['tie_band']):.1f}%"})
         if _as_bool(row["headline"]):
             bullets.append(f"- {row['question']}: **{verdict}**, {describe(row)}")
+    for claim_id, named in zip(frame["claim_id"], _aliases(frame), strict=True):
+        for alias in named:
+            for suffix in ("", "_verdict", "_ratio"):
+                put(f"{alias}{suffix}", glued[f"{claim_id}{suffix}"])
     put("claims_found", Markdown("\n".join(bullets) or "- (no headline claims)"))
     put("claims_all", pd.DataFrame(rows).set_index("question"))
-    # The chapter's own band: a claim with an A/A control may have widened only its own.
-    band = TieBand(float(frame["tie_band"].min()))
+    band = TieBand(float(frame["build_band"].iat[0]))  # one per build (calibration)
     put("tie_band_pct", 100 * band.width)
     put("tie_band_range", f"[{band.low:.3f}, {band.high:.3f}]")
+    verdicts = [row["verdict"] for row in rows]
+    put("claims_count", len(rows))
+    put("claims_withheld", verdicts.count("withheld"))
+    put("claims_noisy", sum(_as_bool(n) and v != "withheld"
+                            for n, v in zip(frame["noisy"], verdicts, strict=True)))
     return glued
+
+
+def cite(chapter: str, claim_id: str, as_key: str | None = None,
+         glue: Callable[[str, object], None] = glue_value) -> dict:
+    """Glue another chapter's claim for this page's prose, read from claims.csv: a
+    comparison two pages make is measured once, by one of them, and cited by the other.
+    Glues `<as_key>` (the phrase), `<as_key>_verdict` and `<as_key>_ratio` (default key:
+    `cited_<claim_id>`); returns them. Fails, naming the chapter to run, where the cited
+    chapter has not saved the claim."""
+    frame = load_claims(chapter)
+    by_name = {alias: saved for saved, named in zip(frame["claim_id"], _aliases(frame),
+                                                    strict=True) for alias in named}
+    by_name |= {saved: saved for saved in frame["claim_id"]}
+    if claim_id not in by_name:
+        raise KeyError(f"{chapter} saved no claim {claim_id!r}: run {chapter} first")
+    row = frame.set_index("claim_id").loc[by_name[claim_id]]
+    key = as_key or f"cited_{claim_id}"
+    verdict = reread_verdict(row)
+    glued = {key: PHRASES[verdict], f"{key}_verdict": verdict, f"{key}_ratio": describe(row),
+             f"{key}_question": row["question"]}
+    for name, value in glued.items():
+        glue(name, value)
+    return glued
+
+
+def _aliases(frame) -> list[list[str]]:
+    """Each saved row's other ids (files saved before the column existed have none)."""
+    if "aliases" not in frame:
+        return [[] for _ in range(len(frame))]
+    return [[a for a in str(v).split(";") if a and a != "nan"] for v in frame["aliases"]]
 
 
 def _as_bool(value) -> bool:

@@ -50,12 +50,14 @@ def results_dir() -> Path:
 class Results:
     """The records of one chapter; `save()` writes them to `<results_dir>/<chapter>.csv`."""
 
-    def __init__(self, chapter: str, device: str | None = None):
+    def __init__(self, chapter: str, device: str | None = None, versions: dict | None = None):
         """`device` labels where the values were measured; by default
-        `env.device_label()`: pass `env.cpu_label()` for work that ran on the CPU anyway."""
+        `env.device_label()`: pass `env.cpu_label()` for work that ran on the CPU anyway.
+        `versions` names the torch and jax that ran where this process's are not all of
+        them (`deepdive.provenance.stamp`)."""
         if not chapter or not isinstance(chapter, str):
             raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
-        self.chapter = chapter
+        self.chapter, self.versions = chapter, versions
         self.records: list[Record] = []
         self._device = device or env.device_label()
         self._scale = env.scale()
@@ -87,7 +89,7 @@ class Results:
         self.frame().to_csv(path, index=False)
         from deepdive import provenance  # imported here: it builds on this module
 
-        provenance.stamp(self.chapter, self._device)
+        provenance.stamp(self.chapter, self._device, self.versions)
         return path
 
 
