@@ -483,3 +483,21 @@ def test_the_garbage_collector_is_off_inside_timed_blocks_and_back_on_after():
     measure(lambda: states.append(gc.isenabled()), blocks=2, min_block_s=0, max_blocks=2)
 
     assert not any(states) and gc.isenabled()
+
+
+def test_the_readiness_check_is_measured_and_taken_out_of_both_frameworks_samples():
+    """JAX's outputs need the pacing check and PyTorch's do not: the timer measures it on
+    each variant's output and subtracts it, so a comparison does not charge the harness."""
+    import jax.numpy as jnp
+    import torch
+
+    from deepdive.timing import harness_cost
+
+    jax_out, torch_out = jnp.ones(4), torch.ones(4)
+    jax_out.block_until_ready()
+
+    assert harness_cost(jax_out) > harness_cost(torch_out) >= 0.0
+    timings = compare({"jax": lambda: jnp.sin(jax_out), "torch": lambda: torch.sin(torch_out)},
+                      blocks=3, min_block_s=0.002)
+    assert 1e-8 < timings["jax"].harness_s < 2e-5  # about a microsecond per JAX call
+    assert 0.0 <= timings["torch"].harness_s < timings["jax"].harness_s

@@ -121,7 +121,7 @@ class FakeWorker:
         self.requests.append(op)
         if op == "prepare":
             return {"first_step_s": 2.0, "second_step_s": 1.0, "losses": self.losses,
-                    "calls_per_block": 3}
+                    "calls_per_block": 3, "harness_s": 3e-6}
         return {"sample_s": 0.01 * len(self.requests), "recompiles": 1}
 
 
@@ -133,6 +133,7 @@ def test_a_remote_variant_checks_its_first_steps_then_reports_the_workers_sample
     assert seen[0]["losses"] == [2.0, 1.9] and remote.first_steps is seen[0]
     assert result.first_call == 2.0 and result.calls_per_block == 3 and result.n == 3
     assert result.recompiles == 3 and list(result.samples) == [0.02, 0.03, 0.04]
+    assert result.harness_s == pytest.approx(2e-6)  # the worker already subtracted it per call
 
 
 def test_a_failed_first_steps_check_stops_before_any_block_is_timed():

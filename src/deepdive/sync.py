@@ -44,7 +44,8 @@ def pace(x) -> None:
     wait = getattr(x, "block_until_ready", None)
     if wait is not None:
         wait()
-    elif isinstance(x, list | tuple | dict) and "jax" in sys.modules:
-        import jax
-
-        jax.block_until_ready(x)
+    elif isinstance(x, (list, tuple, dict)) and "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        leaves = jax.tree.leaves(x)  # a PyTorch pytree is walked once, not waited on
+        if any(hasattr(leaf, "block_until_ready") for leaf in leaves):
+            jax.block_until_ready(leaves)

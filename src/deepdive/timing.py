@@ -33,9 +33,10 @@ BOOTSTRAP_RESAMPLES = 2000
 # Every timed variant in the book gets at least this many blocks (samples): with fewer, a
 # median's interval is too coarse to decide a comparison (methodology page).
 BLOCKS = 15
-# A block grows until it lasts this long: timer and sync overheads vanish in it, and a
-# scheduler hiccup lands in one sample instead of many (methodology page).
-MIN_BLOCK_S = 0.03
+# A block grows until it lasts this long: timer and sync overheads vanish in it. Blocks
+# three times as long were no steadier on the 2-core build machine and took three times as
+# long; the methodology page probes both lengths on every build.
+MIN_BLOCK_S = 0.01
 _MAX_CALLS_PER_BLOCK = 1_000_000
 _sessions = itertools.count(1)
 
@@ -51,6 +52,9 @@ class Timing:
     recompiles: int = 0
     # Which `compare` call produced it: samples of one session are paired round by round.
     session: int = 0
+    # Seconds per call taken out of every sample: the harness's own readiness check
+    # (`deepdive.sync.pace`), measured on this variant's output (`harness_cost`).
+    harness_s: float = 0.0
 
     @property
     def n(self) -> int:
@@ -316,6 +320,7 @@ class _Runner:
         self.calls_per_block = 1
         self.first_call = math.nan
         self.recompiles = 0
+        self.harness_s = 0.0
         self.output = None
 
     def _run(self, calls: int) -> float:
@@ -343,6 +348,8 @@ class _Runner:
         self.first_call = self._run(1)
         if self.check is not None:
             self.check(self.output)
+        if self.sync is not None:  # the output is ready now: what checking it costs
+            self.harness_s = harness_cost(self.output)
         warm = [self._run(1) for _ in range(warmup)]
         # Grow through 1, 2, 5, 10, 20, 50, ... calls until a block is long enough. An
         # interruption (or a size's first, colder run) can make one run look long enough,
@@ -363,11 +370,40 @@ class _Runner:
         elapsed = self._run(self.calls_per_block)
         self.output = None
         self.recompiles += compilations() - before
-        self.samples.append(elapsed / self.calls_per_block)
+        # Every call but the block's first paced its predecessor: take those checks out.
+        paced = self.harness_s * (self.calls_per_block - 1)
+        if paced >= 0.5 * elapsed:  # a lower bound cannot be half the block: a broken one
+            raise RuntimeError(f"{self.label}: the readiness checks ({self.harness_s:.2e} s "
+                               "each) would be half of the block they are part of; a call "
+                               "this short cannot be timed with this harness")
+        self.samples.append((elapsed - paced) / self.calls_per_block)
 
     def result(self) -> Timing:
+        per_call = self.harness_s * (self.calls_per_block - 1) / self.calls_per_block
         return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
-                      self.first_call, self.recompiles, self.session)
+                      self.first_call, self.recompiles, self.session, per_call)
+
+
+def harness_cost(output, calls: int = 500, repeats: int = 7) -> float:
+    """Seconds the timer's readiness check (`deepdive.sync.pace`) costs on `output`, an
+    output that is already computed, beyond what it costs on an object that needs no wait:
+    a loop of `calls` checks of `output` less the same loop over a plain object, the
+    smallest of `repeats` such differences. The timer takes it out of every sample, for
+    PyTorch and JAX alike, so the check costs both frameworks the same: what remains is
+    the common part every call pays (one attribute lookup), and what is taken out is what
+    only some outputs need (a ready JAX array answers its wait in about half a microsecond;
+    a pytree is walked). The smallest difference is a lower bound: noise on the loops can
+    only make the timer take out less than the check cost, never more."""
+    plain = object()
+
+    def loop(value):
+        start = time.perf_counter()
+        for _ in range(calls):
+            pace(value)
+        return time.perf_counter() - start
+
+    differences = [loop(output) - loop(plain) for _ in range(repeats)]
+    return max(float(min(differences)) / calls, 0.0)
 
 
 @contextlib.contextmanager

@@ -244,7 +244,7 @@ class _RemoteRunner:
         self.remote, self.label, self.session = remote, label, session
         self.samples: list[float] = []
         self.calls_per_block, self.first_call, self.recompiles = 1, float("nan"), 0
-        self.output = None
+        self.harness_s, self.output = 0.0, None
 
     def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
         steps = self.remote.worker.request(
@@ -254,6 +254,7 @@ class _RemoteRunner:
             self.remote.check(steps)
         self.remote.first_steps = steps
         self.first_call, self.calls_per_block = steps["first_step_s"], steps["calls_per_block"]
+        self.harness_s = steps["harness_s"]  # the worker's samples already exclude it
 
     def time_block(self) -> None:
         block = self.remote.worker.request("time_block", variant=self.remote.variant)
@@ -263,8 +264,9 @@ class _RemoteRunner:
     def result(self):
         from deepdive.timing import Timing
 
+        per_call = self.harness_s * (self.calls_per_block - 1) / self.calls_per_block
         return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
-                      self.first_call, self.recompiles, self.session)
+                      self.first_call, self.recompiles, self.session, per_call)
 
 
 def _normal(name: str) -> str:

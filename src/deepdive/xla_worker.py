@@ -133,7 +133,7 @@ class Session:
                 **{f"{kind}_first_step": counts[1][kind] - counts[0][kind] for kind in KINDS},
                 **{f"{kind}_second_step": counts[2][kind] - counts[1][kind] for kind in KINDS},
                 **{f"{kind}_sizing": after[kind] - counts[2][kind] for kind in KINDS},
-                "calls_per_block": runner.calls_per_block}
+                "calls_per_block": runner.calls_per_block, "harness_s": runner.harness_s}
 
     def _build(self, variant: str):
         if variant == TORCHAX:
