@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-ALWAYS_FRESH = (ROOT / "notebooks" / "06_choosing.md", ROOT / "book" / "reproduce.md")
+ALWAYS_FRESH = (ROOT / "notebooks" / "06_choosing.md", ROOT / "book" / "reproduce.md",
+                ROOT / "notebooks" / "04_vit_xla.md")
 
 
 @pytest.mark.parametrize("page", ALWAYS_FRESH, ids=lambda p: p.stem)

@@ -222,9 +222,10 @@ def measured_matmul_peak(dtype: str = "fp32", device: str = "cpu",
                              f"{len(rates)} shapes ({m}x{k}x{n})")
 
 
-def jax_matmul_rate(dtype: str = "fp32", n: int = 1024) -> float:
+def jax_matmul_rate(dtype: str = "fp32", n: int = 1024, device: str | None = None) -> float:
     """JAX's achieved FLOP/s on one jitted (n x n) @ (n x n) matmul, timed synced, at the
-    default matmul precision in force (set "highest" for strict fp32)."""
+    default matmul precision in force (set "highest" for strict fp32), on JAX's default
+    device or on `device` ("cpu": its CPU, also on a GPU build)."""
     import jax
     import jax.numpy as jnp
 
@@ -233,7 +234,11 @@ def jax_matmul_rate(dtype: str = "fp32", n: int = 1024) -> float:
     dtypes = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
     if dtype not in dtypes:
         raise ValueError(f"dtype {dtype!r} is not measurable here; accepted: {list(dtypes)}")
+    if device not in (None, "cpu"):
+        raise ValueError(f"device must be None (JAX's default) or 'cpu', got {device!r}")
     a = jnp.ones((n, n), dtype=dtypes[dtype])
+    if device == "cpu":
+        a = jax.device_put(a, jax.devices("cpu")[0])
     return matmul_flops(n, n, n) / measure(jax.jit(jnp.dot), a, a).median
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from deepdive import allocator
 from deepdive.sync import block
 
 
@@ -114,6 +115,14 @@ def _rss(field):
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
 {setup}
+# Memory the setup freed goes back to the kernel first: with freed memory kept (the book's
+# allocator regime, which the child inherits), the code would reuse it unseen.
+try:
+    import ctypes, gc
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+except OSError:  # not glibc
+    pass
 # Writing 5 to clear_refs resets the kernel's high-water mark (VmHWM) to the current RSS.
 with open("/proc/self/clear_refs", "w") as refs:
     refs.write("5")
@@ -126,9 +135,11 @@ print("DEEPDIVE_PEAK " + json.dumps({{"baseline": _baseline, "peak": _rss("VmHWM
 def host_peak_rss(run: str, setup: str = "", timeout_s: float = 600) -> MemoryReading:
     """Peak resident memory that the code `run` adds, measured in a fresh Python process.
 
-    `setup` (imports, inputs) runs first and is not counted: the kernel's high-water mark
-    is reset after it, so the reading is exact rather than sampled. Linux only (it reads
-    /proc). JAX GPU preallocation is switched off in the child.
+    `setup` (imports, inputs) runs first and is not counted: what it freed is handed back
+    to the kernel (`malloc_trim`, so an allocator regime that keeps freed memory cannot
+    hide the code's needs), then the kernel's high-water mark is reset, so the reading is
+    exact rather than sampled. Linux only (it reads /proc). JAX GPU preallocation is
+    switched off in the child.
     """
     if not os.path.exists("/proc/self/clear_refs"):
         raise OSError("host_peak_rss reads /proc/self/status and /proc/self/clear_refs: Linux only")
@@ -163,8 +174,9 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
         freed stays resident at the top of that thread's arena, and the next call reuses
         it without touching a new page, so the reading misses it. With `thread_arenas`,
         `fn` runs once more first with glibc's trim threshold at zero, so every arena
-        returns its freed top to the kernel, and the threshold is set afterwards to
-        64 MiB, the most glibc's own rule sets it to. That extra call is a side effect:
+        returns its freed top to the kernel, and the threshold is set back afterwards
+        (to the book's allocator regime, `deepdive.allocator`, where it is in force, else
+        to 64 MiB, the most glibc's own rule sets it to). That extra call is a side effect:
         use it on steps whose state may advance. Chapter 4 checks the readings against
         XLA's plan at every batch size.
     """
@@ -177,7 +189,7 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
         try:
             block(fn())
         except BaseException:
-            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_MAX_TRIM_THRESHOLD)
+            allocator.restore_trim_threshold(libc)
             raise
     try:
         gc.collect()
@@ -189,7 +201,7 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
         peak = _rss("VmHWM")
     finally:
         if thread_arenas:
-            libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_MAX_TRIM_THRESHOLD)
+            allocator.restore_trim_threshold(libc)
     scope = "host memory the call added at its peak, all allocators and threads"
     return MemoryReading(peak - before,
                          "VmHWM - VmRSS around one call, after malloc_trim"
@@ -197,10 +209,8 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
                          + " (this process)", scope)
 
 
-# glibc's mallopt parameter number for the trim threshold (malloc.h), and the largest value
-# its dynamic rule gives it (twice the 32 MiB ceiling of the mmap threshold on 64-bit).
+# glibc's mallopt parameter number for the trim threshold (malloc.h).
 _M_TRIM_THRESHOLD = -1
-_GLIBC_MAX_TRIM_THRESHOLD = 2 * 32 * 2**20
 
 
 def step_peak(framework: str, device: str, run: Callable[[], object],

@@ -501,20 +501,28 @@ def _xla_works(s: ViTSizes, target: Target) -> list[Work]:
 
 def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
     """PyTorch: one process, then DDP and FSDP2 per device count in a fresh set of
-    processes each (the checked steps, then 20 timed); JAX: one device and four layouts on
-    each of 2, 4 and 8 devices in one compare, each compiled for its check and its timing."""
-    from deepdive.torch_distributed import CHECK_STEPS
+    processes each; JAX: one device and four layouts on each of 2, 4 and 8 devices, each
+    compiled and run for its check. Only on GPUs does the page time anything: PyTorch's
+    ranks `TIMED_STEPS` more steps each, and every JAX layout, compiled again, in one
+    compare. A CPU target is devices simulated on one CPU, where nothing is timed."""
+    from deepdive.torch_distributed import CHECK_STEPS, TIMED_STEPS
 
     params = s.n_in * s.width + (s.depth - 1) * s.width**2 + s.width * s.n_out
     step = Call(6 * s.batch * params, 4 * 4 * params * F32, dispatches=20 * s.depth)
-    torch_steps = (CHECK_STEPS + 20) * (1 + 2 * len(s.worlds))
-    layouts = 1 + 4 * len(s.jax_counts)
+    timed = target.kind == "cuda"
+    torch_steps = (CHECK_STEPS + (TIMED_STEPS if timed else 0)) * (1 + 2 * len(s.worlds))
+    layouts = alike(1 + 4 * len(s.jax_counts), step)
+    compile_s = len(layouts) * compile_seconds("jax.jit", target.kind)
+    state = 8 * 4 * params * F32
     start = PROCESS_START_S[target.kind]
-    return [Work("PyTorch one process, DDP and FSDP2", (step,), min_calls=torch_steps,
-                 timed=False, fixed_s=start * (1 + sum(s.worlds))),
-            Work("JAX layouts on every device count", alike(layouts, step),
-                 compile_s=2 * layouts * compile_seconds("jax.jit", target.kind),
-                 memory=8 * 4 * params * F32)]
+    works = [Work("PyTorch one process, DDP and FSDP2", (step,), min_calls=torch_steps,
+                  timed=False, fixed_s=start * (1 + sum(s.worlds))),
+             Work("JAX layouts on every device count, checked", layouts, compile_s=compile_s,
+                  min_calls=CHECK_STEPS, untimed_calls=0, timed=False, memory=state)]
+    if timed:
+        works.append(Work("JAX layouts on every device count, timed", layouts,
+                          compile_s=compile_s, memory=state))
+    return works
 
 
 _BUILDERS = {"01_vmap": _vmap_works, "02_jit_xla": _jit_works,

@@ -1,8 +1,9 @@
 """Which run of the book measured each chapter's results.
 
 `make book` names every build (`DEEPDIVE_BUILD_ID`: its UTC start time and commit), and
-each chapter stamps the results it saves with that name, its commit, time and device, in
-`_build/results/provenance.csv`. A chapter served from the execution cache keeps the stamp
+each chapter stamps the results it saves with that name, its commit, time, device,
+framework versions and the allocator regime its timings ran under (`deepdive.allocator`),
+in `_build/results/provenance.csv`. A chapter served from the execution cache keeps the stamp
 of the build that ran it. The Reproduce page lists the stamps, chapter 6 shows the ones
 its evidence came from, and the site's tests check that the two agree.
 """
@@ -18,7 +19,8 @@ from deepdive import env
 from deepdive.results import results_dir
 
 FILE_NAME = "provenance.csv"
-COLUMNS = ("chapter", "build_id", "commit", "executed_at", "device", "scale", "torch", "jax")
+COLUMNS = ("chapter", "build_id", "commit", "executed_at", "device", "scale", "torch", "jax",
+           "allocator")
 OUTSIDE_BUILD = "none (run outside make book)"
 UNCOMMITTED = "+uncommitted"  # marks a commit whose tracked files had changed
 
@@ -45,18 +47,27 @@ def path() -> Path:
     return results_dir() / FILE_NAME
 
 
-def stamp(chapter: str, device: str | None = None) -> Path:
+def stamp(chapter: str, device: str | None = None, versions: dict | None = None) -> Path:
     """Record that `chapter` saved results now, in this build; replaces its older stamp.
-    `device` is where its results were measured (default `env.device_label()`)."""
+    `device` is where its results were measured (default `env.device_label()`);
+    `versions` names the torch and jax that ran, where this process's are not all of them
+    (the PyTorch/XLA page's routes run torch 2.9 in a worker)."""
     import pandas as pd
+
+    from deepdive import allocator
 
     if not chapter or not isinstance(chapter, str):
         raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
-    versions = env.versions()
+    unknown = set(versions or {}) - {"torch", "jax"}
+    if unknown:
+        raise ValueError(f"versions names torch and jax only, got {sorted(unknown)}")
+    installed = env.versions()
+    named = {name: (versions or {}).get(name) or installed.get(name) or "none"
+             for name in ("torch", "jax")}
     row = {"chapter": chapter, "build_id": build_id(), "commit": commit(),
            "executed_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-           "device": device or env.device_label(), "scale": env.scale(),
-           "torch": versions.get("torch") or "none", "jax": versions.get("jax") or "none"}
+           "device": device or env.device_label(), "scale": env.scale(), **named,
+           "allocator": allocator.describe()}
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
     kept = load()
