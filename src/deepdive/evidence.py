@@ -1,14 +1,18 @@
 """The evidence behind chapter 6's guide, read from this build's saved results.
 
-Every timed row is a claim in `_build/results/claims.csv`, named by a stable id, so the
-guide says what the chapter's verdict rule said (faster, slower, tie, or inconclusive on
-this build), recomputed from the saved ratio, interval, noise flag and tie band. Its
-scope comes with it: the claim's question names the workload and its size, the file the
-device and the scale. The one untimed row, the memory each device holds under sharding,
-is read from chapter 5's byte counts, which are exact. Nothing here holds a measured
-value, and nothing depends on a size that changes with the scale: where a claim id holds
-a size (`dp_x{n}_vs_one`, `split_vs_nnx_b{n}`), every size this build saved is read. A
-chapter that saved nothing shows up as MISSING, never as a stale number.
+Only comparisons between the two frameworks are evidence here: a claim that pits two
+variants of one framework (vmap against a loop, Inductor against eager) or simulated
+devices against one (chapter 5's timings) cannot decide a choice of framework, and stays
+in its chapter. Each cross-framework claim compares the best variant each side checked,
+and its question names them. Every timed row is a claim in `_build/results/claims.csv`,
+named by a stable id, so the guide says what the verdict rule said (faster, slower, tie,
+or withheld on this build), recomputed from the saved ratio, interval and band. Its scope
+comes with it: the claim's question names the workload and its size, the file the device
+and the scale. The one untimed row, the memory each device holds under sharding, is read
+from chapter 5's byte counts, which are exact. Nothing here holds a measured value, and
+nothing depends on a size that changes with the scale: where a claim id holds a size
+(`best_jax_vs_torch_b{n}`), every size this build saved is read. A chapter that saved
+nothing shows up as MISSING, never as a stale number.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training", "04_
             "04_gpt_training", "05_distributed")
 MISSING = "MISSING"
 NOT_MEASURED = "not measured in this build"
-INCONCLUSIVE = "inconclusive on this build"
+WITHHELD = "withheld on this build"
 # Sharded state may exceed 1/n of the whole by padding (FSDP2 pads a dimension that n does
 # not divide) and by small replicated pieces; beyond this share of 1/n it is not "divided".
 PADDING_ALLOWANCE = 0.05
@@ -34,13 +38,13 @@ PADDING_ALLOWANCE = 0.05
 @dataclass(frozen=True)
 class FromClaim:
     """A group of evidence rows read from claims.csv, one per claim its patterns name. A
-    pattern holding "{n}" (a batch size or a device count, which change with the scale)
-    names every saved claim it matches. `favours` maps the verdict of a claim's candidate
-    against its baseline ("faster", "slower") to what that verdict favours; a tie favours
-    neither ("even"). `absent` is what an `optional` group says where no claim matches
-    (claims made only on some builds, e.g. compiled bf16 only on a GPU, or none at all
-    from a chapter that can be skipped, the PyTorch/XLA page); a required pattern without
-    a match is an error."""
+    pattern holding "{n}" (a batch size, which changes with the scale) names every saved
+    claim it matches. `favours` maps the verdict of a claim's candidate against its
+    baseline ("faster", "slower") to what that verdict favours; a tie favours neither
+    ("even"). `absent` is what an `optional` group says where no claim matches (claims
+    made only on some builds, e.g. compiled bf16 only on a GPU, or none at all from a
+    chapter that can be skipped, the PyTorch/XLA page); a required pattern without a
+    match is an error."""
 
     key: str
     topic: str
@@ -79,51 +83,31 @@ _XLA_SKIPPED = ("the PyTorch/XLA page did not run its route in this build (its s
 EVIDENCE = (
     FromClaim("vmap_compiled", "vectorization", "01_vmap",
               tuple(f"{w}_jit_vs_compile" for w in WORKLOADS_1), _jax_if_faster()),
-    FromClaim("vmap_vs_loop_jax", "vectorization", "01_vmap",
-              tuple(f"{w}_jax_vmap_vs_loop" for w in WORKLOADS_1),
-              {"faster": "vmap", "slower": "loop"}),
-    FromClaim("vmap_vs_loop_torch", "vectorization", "01_vmap",
-              tuple(f"{w}_torch_vmap_vs_loop" for w in WORKLOADS_1),
-              {"faster": "vmap", "slower": "loop"}),
     FromClaim("tiny_compiled", "overhead", "02_jit_xla", ("tiny_compile_vs_jit",),
               _torch_if_faster()),
     FromClaim("tiny_eager", "overhead", "02_jit_xla", ("tiny_eager_torch_vs_jax",),
               _torch_if_faster()),
-    FromClaim("fusion", "compilation", "02_jit_xla",
-              ("kept_fusion_compile_vs_jit", "fusion_compile_vs_jit"), _torch_if_faster()),
-    FromClaim("gpt_inductor", "compilation", "03_torch_compile",
-              ("char_inductor_fp32", "vocab_inductor_fp32"),
-              {"faster": "torch.compile", "slower": "eager"}),
-    FromClaim("vit_fp32", "training", "04_vit_training", ("fused_jax_vs_torch_b{n}",),
+    FromClaim("fusion", "compilation", "02_jit_xla", ("fusion_compile_vs_jit",),
+              _torch_if_faster()),
+    FromClaim("vit_fp32", "training", "04_vit_training", ("best_jax_vs_torch_b{n}",),
               _jax_if_faster()),
-    FromClaim("vit_bf16", "training", "04_vit_training", ("bf16_fused_jax_vs_torch",),
+    FromClaim("vit_bf16", "training", "04_vit_training", ("bf16_best_jax_vs_torch",),
               _jax_if_faster(), optional=True,
-              absent="no cross-framework bf16 claim in this build: chapter 4 makes it for "
-                     "compiled steps on a GPU only (it times bf16 within each framework)"),
-    FromClaim("nnx_split", "training", "04_vit_training", ("split_vs_nnx_b{n}",),
-              {"faster": "split/merge", "slower": "nnx.jit"}),
+              absent="no claim of each framework's best bf16 step in this build: the ViT "
+                     "page compiles bf16 on a GPU only, and its bf16 timings without "
+                     "torch.compile stay in the chapter"),
     FromClaim("xla_route", "training", "04_vit_xla",
               ("xla_lazy_vs_jax", "xla_compile_vs_jax", "torchax_vs_jax"),
               _torch_if_faster(), optional=True, skippable=True, absent=_XLA_SKIPPED),
-    FromClaim("xla_vs_eager", "training", "04_vit_xla",
-              ("xla_lazy_vs_eager", "xla_compile_vs_eager", "torchax_vs_eager"),
-              {"faster": "through XLA", "slower": "eager"}, optional=True, skippable=True,
-              absent=_XLA_SKIPPED),
     FromClaim("lm_fp32", "training", "04_gpt_training",
-              ("char_fp32_jax_vs_compile", "vocab_fp32_jax_vs_compile"), _jax_if_faster()),
+              ("char_fp32_jax_vs_torch", "vocab_fp32_jax_vs_torch"), _jax_if_faster()),
     FromClaim("lm_bf16", "training", "04_gpt_training",
-              ("char_bf16_jax_vs_compile", "vocab_bf16_jax_vs_compile"), _jax_if_faster(),
+              ("char_bf16_jax_vs_torch", "vocab_bf16_jax_vs_torch"), _jax_if_faster(),
               optional=True,
-              absent="no compiled bf16 claim in this build: the GPT page compiles bf16 on a "
-                     "GPU with native bf16 only (its bf16 rows compare jax.jit with PyTorch "
-                     "eager)"),
-    FromClaim("lm_flatten", "training", "04_gpt_training",
-              ("char_fp32_flat_vs_3d", "vocab_fp32_flat_vs_3d"),
-              {"faster": "flattened", "slower": "Flax's form"}),
-    FromClaim("data_parallel", "scaling", "05_distributed", ("dp_x{n}_vs_one",),
-              {"faster": "data parallel", "slower": "one device"}),
-    FromClaim("fsdp_time", "scaling", "05_distributed", ("fsdp_x{n}_vs_dp",),
-              {"faster": "FSDP", "slower": "data parallel"}),
+              absent="no claim of each framework's best bf16 step in this build: the GPT "
+                     "page compiles bf16 on a GPU with native bf16 only, and its bf16 "
+                     "comparison of jax.jit with PyTorch eager, without torch.compile, stays "
+                     "in the chapter"),
     ShardedMemory("fsdp_memory", "scaling", "05_distributed",
                   sharded={"torch": "fsdp2", "jax": "FSDP, shard_map"},
                   single={"torch": "single", "jax": "one device"}),
@@ -202,7 +186,7 @@ def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
     rows = []
     for item in EVIDENCE:
         found = (_from_claims(item, results.get("claims")) if isinstance(item, FromClaim)
-                 else [_from_memory(item, results.get(item.chapter), results.get("claims"))])
+                 else [_from_memory(item, results.get(item.chapter))])
         for row in found:
             rows.append({"key": row.pop("key", item.key), "group": item.key,
                          "topic": item.topic, "chapter": item.chapter, **row})
@@ -250,7 +234,7 @@ def _claim_row(item: FromClaim, saved) -> dict:
     from deepdive.claims import describe, reread_verdict
 
     verdict = reread_verdict(saved)
-    favours = ("even" if verdict == "tie" else INCONCLUSIVE if verdict == "inconclusive"
+    favours = ("even" if verdict == "tie" else WITHHELD if verdict == "withheld"
                else item.favours[verdict])
     return {"key": saved["claim_id"], "question": saved["question"], "verdict": verdict,
             "favours": favours,
@@ -267,17 +251,11 @@ def _band(width: float) -> str:
     return f"[{1 / (1 + width):.3f}, {1 + width:.3f}]"
 
 
-def _from_memory(item: ShardedMemory, frame: pd.DataFrame | None,
-                 claims: pd.DataFrame | None) -> dict:
+def _from_memory(item: ShardedMemory, frame: pd.DataFrame | None) -> dict:
     question = "parameters + optimizer state per device, sharded against one process"
-    timed = None if claims is None else claims[claims["chapter"] == item.chapter]
-    if timed is not None and not timed.empty:  # the same model: its claims name its size,
-        # and how its devices ran (left out: the frameworks ran them differently)
-        parts = timed["question"].iat[0].split(": ", 1)[0].split(", ")
-        model = [p for p in parts if "device" not in p and "core" not in p]
-        devices = [p for p in parts if p not in model]
-        question = f"{', '.join(model)}: {question}" + (
-            f" (JAX's devices: {', '.join(devices)})" if devices else "")
+    model = None if frame is None else frame[frame["experiment"] == "model"]
+    if model is not None and not model.empty:  # the model's scope, as its chapter recorded it
+        question = f"{model['variant'].iat[0]}: {question}"
     if frame is None or frame.empty:
         return _empty(MISSING, question, f"{MISSING}: no results from {item.chapter}; "
                                          "build it first")

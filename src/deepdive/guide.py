@@ -1,13 +1,17 @@
 """Chapter 6's recommendations, computed from the evidence of this build.
 
 Each `Advice` names the evidence groups it rests on (`deepdive.evidence` keys) and what to
-recommend for each side a verdict can favour. A recommendation holds only as far as its
-evidence: where no claim decided, it is "inconclusive on this build"; where some did and
-the rest did not, it says on how many cases it rests and which were inconclusive; where
-decided claims favour different sides, it depends on the case, and says which. Every
-recommendation names the device it was measured on, and the scope (workload and size,
-device, scale) comes with it, with a warning when that device is a CPU, whose results say
-nothing about GPUs.
+recommend for each side a verdict can favour. Only comparisons of PyTorch with JAX are
+advice here: a row that cannot decide between the frameworks (one framework's variants,
+simulated devices) stays in its chapter. A recommendation holds only as far as its
+evidence: where no claim decided, it is "withheld on this build"; where some did and the
+rest did not, it says on how many cases it rests and which were withheld; where decided
+claims favour different sides, it depends on the case, and says which; where part of its
+scope was not measured in this build (bf16 without a compiled PyTorch step, say), it is
+"partly decided" and names the part. Every recommendation names the device it was
+measured on, and the scope (workload and size, device, scale) comes with it, with a
+warning when that device is a CPU, whose results say nothing about GPUs.
+`bottom_line` sums the guide up by situation.
 """
 
 from __future__ import annotations
@@ -17,10 +21,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from deepdive.env import is_cpu_label
-from deepdive.evidence import INCONCLUSIVE, MISSING, NOT_MEASURED
+from deepdive.evidence import MISSING, NOT_MEASURED, WITHHELD
 
 CPU_WARNING = "a CPU result: it says nothing about GPUs (see the published anchors)"
-SIMULATED = "simulated devices share one CPU's cores: this measures overhead, not scaling"
 
 
 @dataclass(frozen=True)
@@ -29,76 +32,44 @@ class Advice:
     keys: tuple[str, ...]
     says: dict = field(hash=False)  # favoured side ("JAX", "even", ...) -> recommendation
     chapter: str = ""
-    # A scope that contains the key gets the caveat (e.g. simulated devices).
-    caveats: dict = field(default_factory=dict, hash=False)
     # Show each claim's whole question (what ran on each side), not only its scope.
     detail: bool = False
-    # Caveats (keys of `caveats`) that apply only when the decided cases disagree.
-    caveats_if_split: tuple = ()
     # Timed rows carry the CPU warning on a CPU; exact byte counts hold on any device.
     timed: bool = True
+    # What each evidence group covers ("fp32 strict", "bf16 mixed"), to name a part of the
+    # row's scope that this build did not measure.
+    parts: dict = field(default_factory=dict, hash=False)
 
 
 def _frameworks(jax: str, torch: str) -> dict:
     return {"JAX": jax, "PyTorch": torch, "even": "a tie: either"}
 
 
-_SIMULATED = {"simulated": SIMULATED}
-ALLOCATOR = ("the cases differ by the host allocator's setting, not by workload: see "
-             "chapter 2 for what the setting changes")
 ADVICE = (
     Advice("per-example code (vmap), compiled", ("vmap_compiled",),
            _frameworks("JAX: jax.jit of the vmapped function",
                        "PyTorch: torch.compile of the vmapped function"), "01_vmap"),
-    Advice("vmap in place of a Python loop over examples, JAX", ("vmap_vs_loop_jax",),
-           {"vmap": "jax.vmap", "loop": "the loop", "even": "a tie: either"}, "01_vmap"),
-    Advice("vmap in place of a Python loop over examples, PyTorch", ("vmap_vs_loop_torch",),
-           {"vmap": "torch.func.vmap", "loop": "the loop", "even": "a tie: either"},
-           "01_vmap"),
     Advice("many tiny operations per step, compiled", ("tiny_compiled",),
            _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla"),
     Advice("many tiny operations per step, op by op (eager)", ("tiny_eager",),
            _frameworks("JAX op by op", "PyTorch eager"), "02_jit_xla"),
     Advice("a long elementwise chain on large arrays, compiled", ("fusion",),
-           _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla",
-           {"freed memory kept": ALLOCATOR}, caveats_if_split=("freed memory kept",)),
-    Advice("torch.compile for a GPT training step", ("gpt_inductor",),
-           {"torch.compile": "compile it", "eager": "stay eager",
-            "even": "a tie: no gain beyond the tie band; compile where your own device "
-                    "shows one"},
-           "03_torch_compile"),
-    Advice("a ViT training step, compiled, fp32, each framework's attention API",
-           ("vit_fp32",),
-           _frameworks("JAX: jax.jit + dot_product_attention", "PyTorch: torch.compile + SDPA"),
-           "04_vit_training", detail=True),
-    Advice("a ViT training step, compiled, bf16 mixed precision", ("vit_bf16",),
-           _frameworks("JAX: jax.jit + dot_product_attention", "PyTorch: torch.compile + SDPA"),
-           "04_vit_training", detail=True),
-    Advice("training a language model (a nanoGPT-style GPT), each framework's compiled "
-           "step, fp32 and bf16 mixed", ("lm_fp32", "lm_bf16"),
-           _frameworks("JAX: jax.jit of the whole step + dot_product_attention",
-                       "PyTorch: torch.compile + SDPA"), "04_gpt_training", detail=True),
-    Advice("a JAX language model's linear layers (jax.jit step): Flax's dot over (batch, "
-           "time, features) or tokens flattened to (tokens, features)", ("lm_flatten",),
-           {"flattened": "flatten the tokens, as PyTorch's F.linear does",
-            "Flax's form": "keep nnx.Linear's dot over all leading axes",
-            "even": "a tie: either"}, "04_gpt_training"),
+           _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla"),
+    Advice("training a ViT, each framework's best checked step, fp32 strict and bf16 mixed",
+           ("vit_fp32", "vit_bf16"),
+           _frameworks("JAX: its best jax.jit step (the evidence names it)",
+                       "PyTorch: its best step (the evidence names it)"), "04_vit_training",
+           detail=True, parts={"vit_fp32": "fp32 strict", "vit_bf16": "bf16 mixed"}),
+    Advice("training a language model (a nanoGPT-style GPT), each framework's best checked "
+           "step, fp32 strict and bf16 mixed", ("lm_fp32", "lm_bf16"),
+           _frameworks("JAX: its best jax.jit step (the evidence names it)",
+                       "PyTorch: its best step (the evidence names it)"), "04_gpt_training",
+           detail=True, parts={"lm_fp32": "fp32 strict", "lm_bf16": "bf16 mixed"}),
     Advice("PyTorch code through XLA (PyTorch/XLA lazy or openxla, torchax; torch 2.9) "
            "against JAX on the same model", ("xla_route",),
            _frameworks("JAX: jax.jit on a Flax model",
                        "the PyTorch model through XLA (see which route)"),
            "04_vit_xla", detail=True),
-    Advice("a PyTorch training step through XLA (PyTorch/XLA, torchax) against eager PyTorch, "
-           "same torch 2.9", ("xla_vs_eager",),
-           {"through XLA": "run it through XLA", "eager": "stay eager",
-            "even": "a tie: no gain beyond the tie band"}, "04_vit_xla", detail=True),
-    Advice("Flax NNX with the least per-step overhead", ("nnx_split",),
-           {"split/merge": "jax.jit on nnx.split state", "nnx.jit": "nnx.jit",
-            "even": "nnx.jit (the simpler one; a tie)"}, "04_vit_training"),
-    Advice("one step spread over several devices (JAX data parallel)", ("data_parallel",),
-           {"data parallel": "data parallel: it paid",
-            "one device": "one device: splitting cost more than it saved",
-            "even": "no gain and no loss"}, "05_distributed", _SIMULATED),
     Advice("parameters and optimizer state sharded across devices", ("fsdp_memory",),
            {"either framework": "PyTorch FSDP2 and JAX FSDP each held about 1/n of them "
                                 "on each of n devices (the evidence gives n and the "
@@ -108,10 +79,6 @@ ADVICE = (
             "JAX": "JAX FSDP: only it held about 1/n per device",
             "neither": "neither framework held about 1/n per device"}, "05_distributed",
            timed=False),
-    Advice("what FSDP costs in step time against data parallel (JAX)", ("fsdp_time",),
-           {"FSDP": "FSDP cost no time: it ran faster than data parallel",
-            "data parallel": "FSDP cost time: shard when memory needs it, not by default",
-            "even": "a tie: no cost beyond the tie band"}, "05_distributed", _SIMULATED),
 )
 
 
@@ -132,7 +99,7 @@ def case_labels(questions) -> list[str]:
 
 
 STATUSES = ("decided", "depends on the case", "partly decided",
-            "partly decided, depends on the case", "inconclusive", "not measured", "missing")
+            "partly decided, depends on the case", "withheld", "not measured", "missing")
 
 
 def recommend(advice: Advice, table: pd.DataFrame) -> dict:
@@ -144,32 +111,40 @@ def recommend(advice: Advice, table: pd.DataFrame) -> dict:
                        f"{sorted(unknown)}; known groups are {sorted(set(table['group']))}")
     rows = table[table["group"].isin(advice.keys)]
     measured = rows[rows["favours"] != NOT_MEASURED]
+    unmeasured = [key for key in advice.keys
+                  if (rows.loc[rows["group"] == key, "favours"] == NOT_MEASURED).all()]
+    sides: list[str] = []
     if measured.empty:
         status, suggestion = "not measured", "; ".join(rows["result"]) or NOT_MEASURED
     elif (measured["favours"] == MISSING).any():
         status = "missing"
         suggestion = f"no evidence in this build: run {advice.chapter} first"
     else:
-        status, suggestion = _decide(advice, measured)
+        status, suggestion, sides = _decide(advice, measured)
+        if unmeasured and status in ("decided", "depends on the case", "withheld"):
+            status = {"decided": "partly decided", "withheld": "withheld",
+                      "depends on the case": "partly decided, depends on the case"}[status]
+        if unmeasured:
+            named = "; ".join(f"{advice.parts.get(key, key)}: " + "; ".join(
+                rows.loc[rows["group"] == key, "result"]) for key in unmeasured)
+            suggestion += f" Not measured in this build: {named}."
     return {"if you need": advice.need, "this build suggests": suggestion, "status": status,
             "evidence": "; ".join(rows["result"]), "measured at": _scope(advice, measured),
-            "chapter": advice.chapter}
+            "chapter": advice.chapter, "favours": "; ".join(sides), "timed": advice.timed,
+            "devices": "; ".join(dict.fromkeys(d for d in measured["device"] if d))}
 
 
-def _decide(advice: Advice, rows: pd.DataFrame) -> tuple[str, str]:
+def _decide(advice: Advice, rows: pd.DataFrame) -> tuple[str, str, list[str]]:
     labels = dict(zip(rows.index, case_labels(rows["question"]), strict=True))
-    decided = rows[rows["favours"] != INCONCLUSIVE]
+    decided = rows[rows["favours"] != WITHHELD]
     undecided = [labels[i] for i in rows.index if i not in decided.index]
     sides = list(dict.fromkeys(decided["favours"]))
     for side in sides:
         if side not in advice.says:
             raise KeyError(f"advice {advice.need!r} has nothing to say for {side!r}; it "
                            f"knows {sorted(advice.says)}")
-    caveats = "".join(f" ({c})" for key, c in advice.caveats.items()
-                      if any(key in scope_of(q) for q in rows["question"])
-                      and (key not in advice.caveats_if_split or len(sides) > 1))
     if decided.empty:
-        return "inconclusive", f"{INCONCLUSIVE}: measure your own workload{caveats}"
+        return "withheld", f"{WITHHELD}: measure your own workload.", []
     if len(sides) == 1:
         status, text = "decided", advice.says[sides[0]]
     else:
@@ -178,12 +153,12 @@ def _decide(advice: Advice, rows: pd.DataFrame) -> tuple[str, str]:
             f"{labels[i]}: {advice.says[row.favours]}" for i, row in decided.iterrows())
     if undecided:
         status = "partly decided" if len(sides) == 1 else "partly decided, depends on the case"
-        text += (f" (decided in {len(decided)} of {len(rows)} cases; {INCONCLUSIVE} for "
+        text += (f" (decided in {len(decided)} of {len(rows)} cases; {WITHHELD} for "
                  f"{'; '.join(undecided)})")
     devices = list(dict.fromkeys(rows["device"]))
     where = ("this build's CPU" if all(is_cpu_label(d) for d in devices)
              else f"this build's {', '.join(devices)}")
-    return status, f"On {where}: {text}{caveats}"
+    return status, f"On {where}: {text}.", sides
 
 
 def _scope(advice: Advice, rows: pd.DataFrame) -> str:
