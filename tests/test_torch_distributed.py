@@ -60,6 +60,16 @@ def test_every_rank_timed_the_same_number_of_steps(runs):
     assert {len(r["step_s_samples"]) for r in runs["ddp"]} == {SMALL["steps"]}
 
 
+def test_a_run_that_times_no_steps_still_checks_its_steps(runs, tmp_path):
+    """Chapter 5 times nothing on simulated devices: steps=0 records no timings, and the
+    checked steps are the same as a timed run's."""
+    untimed = td.spawn("single", 1, str(tmp_path), **{**SMALL, "steps": 0})[0]
+
+    assert untimed["step_s_median"] is None and untimed["step_s_samples"] == []
+    np.testing.assert_allclose(untimed["losses"], runs["single"][0]["losses"], rtol=1e-6)
+    assert_same_parameters(untimed["params"], runs["single"][0]["params"], **TOLERANCE)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("zero", 2), "strategy must be one of"),
     (("ddp", 0), "world size must be an integer >= 1"),

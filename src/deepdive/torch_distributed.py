@@ -11,9 +11,9 @@ fewer GPUs than ranks. The one-process reference runs on the same kind of device
 
 Each rank trains a small MLP on its slice of one global batch per step and writes what it
 saw (the losses and full parameters after the first `check_steps` steps, the memory it
-holds after them, its local shard shapes, its step times) to `out_dir`, so the caller can
-check N processes against one over several steps: one step cannot tell SGD with momentum
-from SGD without it (the first momentum buffer is the gradient itself).
+holds after them, its local shard shapes, its step times if it timed any) to `out_dir`,
+so the caller can check N processes against one over several steps: one step cannot tell
+SGD with momentum from SGD without it (the first momentum buffer is the gradient itself).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import numpy as np
 STRATEGIES = ("single", "ddp", "fsdp2")
 SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
 CHECK_STEPS = 6  # steps compared against one process: momentum shows from the second on
+TIMED_STEPS = 20  # steps timed after the checked ones, one sample each (0: time none)
 DEVICES = ("cuda", "cpu")  # what `device=` accepts; None: CUDA wherever it is available
 
 
@@ -59,11 +60,13 @@ def global_batch(batch_size: int, step: int, n_in: int = 64, n_out: int = 10):
 
 
 def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 256,
-          depth: int = 3, batch_size: int = 64, steps: int = 20,
+          depth: int = 3, batch_size: int = 64, steps: int = TIMED_STEPS,
           check_steps: int = CHECK_STEPS, sgd: dict | None = None,
           device: str | None = None) -> None:
     """One rank's run: wrap the model per `strategy`, train `check_steps` steps and record
-    the parameters, then time `steps` more (one sample each), and write the record.
+    the parameters, then time `steps` more (one sample each; `steps=0` times none, where
+    the timings would mean nothing, as on devices simulated on one CPU), and write the
+    record.
     `sgd` overrides the optimizer's options (the tests drop the momentum on one side).
     `device` is "cuda", "cpu" or None (CUDA where available), as in `placement`; the
     record says where the rank ran, and in what fp32 precision (strict, set here: this is
@@ -74,11 +77,12 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
 
     from deepdive.env import cpu_label
     from deepdive.sync import block
-    from deepdive.timing import Timing
 
     _check(strategy, world, batch_size, device)
     if not isinstance(check_steps, int) or check_steps < 1:
         raise ValueError(f"check_steps must be an integer >= 1, got {check_steps!r}")
+    if not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
     place, device = _bind(world, rank, device)
     own_group = strategy != "single" and not dist.is_initialized()  # else the caller's
     if own_group:
@@ -124,7 +128,6 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
         start = time.perf_counter()
         block(step())
         samples.append(time.perf_counter() - start)
-    timing = Timing(f"{strategy} x{world}", np.asarray(samples), 1, first_call)
     if strategy != "single":
         dist.barrier()
     if own_group:
@@ -139,8 +142,9 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
               "device": place.device, "local_rank": _local_rank(rank),
               "device_label": device_label(place, gpu_name=gpu, cpu_label=cpu_label()),
               "precision": precision,
-              "step_s_median": timing.median, "step_s_samples": timing.samples.tolist(),
-              **memory}
+              "first_call_s": first_call,
+              "step_s_median": float(np.median(samples)) if samples else None,
+              "step_s_samples": samples, **memory}
     (Path(out_dir) / f"{strategy}-rank{rank}.json").write_text(json.dumps(record))
 
 
@@ -436,7 +440,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", choices=STRATEGIES[1:], default="ddp")
     parser.add_argument("--out-dir", default="_build/distributed")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=TIMED_STEPS)
     parser.add_argument("--device", choices=DEVICES, default=None,
                         help="default: CUDA where available (NCCL), else the CPU (gloo)")
     args = parser.parse_args()

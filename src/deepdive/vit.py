@@ -304,17 +304,18 @@ def _check_config(config, attention: str) -> None:
                          f"compute the same function; got hidden/attention {dropouts}")
 
 
-def split_merge_step(hf_model, images_nhwc, labels, transform):
+def split_merge_step(hf_model, images_nhwc, labels, transform, attention: str = "eager"):
     """A training step of the twin of `hf_model` (its weights ported in): the split/merge
     form of chapter 4, one `jax.jit` of forward, cross-entropy, backward and `transform`'s
-    update (an optax transform), with the state donated. Returns ``step() -> loss`` on the
-    given batch. Chapter `04_vit_xla` runs it in its own process and in the PyTorch/XLA
-    worker, where the same step in two processes measures what crossing processes costs."""
+    update (an optax transform), with the state donated, and `attention` as the twin takes
+    it. Returns ``step() -> loss`` on the given batch. Chapter `04_vit_xla` runs it in its
+    own process and in the PyTorch/XLA worker, where the same step in two processes
+    measures what crossing processes costs; `deepdive.regimes` times it per allocator."""
     import functools
 
     import optax
 
-    model = ViTForImageClassification(hf_model.config, attention="eager", rngs=nnx.Rngs(0))
+    model = ViTForImageClassification(hf_model.config, attention=attention, rngs=nnx.Rngs(0))
     port_hf_weights(hf_model, model)
     graphdef, state = nnx.split((model, nnx.Optimizer(model, transform, wrt=nnx.Param)))
 
