@@ -62,7 +62,7 @@ CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training"
 COMPARATIVE = re.compile(r"\b(faster|slower|quicker|wins?|beats?|outperforms?|level with|"
                          r"on par|ahead of|behind)\b", re.IGNORECASE)
 # Glued values, and the rule's own verdict names in bold where a page defines them.
-GLUE_ROLE = re.compile(r"\{glue:?\w*\}`[^`]*`|\*\*(faster|slower|tie|inconclusive)\*\*")
+GLUE_ROLE = re.compile(r"\{glue:?\w*\}`[^`]*`|\*\*(faster|slower|tie|withheld)\*\*")
 
 
 def paragraphs(path):
