@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import psutil
@@ -289,17 +290,45 @@ def test_progress_is_silent_inside_the_book_build(monkeypatch):
     assert env.progress(steps, desc="sweep") is steps
 
 
-def test_fresh_inductor_cache_is_a_new_empty_folder_under_build(tmp_path, monkeypatch):
+def fake_isa_probe(calls, returncode=0):
+    """Stands in for the probe's process: writes a compiled check where its cache folder
+    is, as Inductor does, and prints the instruction set it chose."""
+    def run(argv, capture_output, text, env):
+        calls.append(env["TORCHINDUCTOR_CACHE_DIR"])
+        (Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "isa_check.so").write_text("compiled")
+        return subprocess.CompletedProcess(argv, returncode, stdout="avx512\n", stderr="")
+    return run
+
+
+def test_fresh_inductor_cache_is_a_new_folder_under_build_seeded_with_the_isa_check(
+        tmp_path, monkeypatch):
     monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(tmp_path / "_build" / "results"))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    calls = []
+    monkeypatch.setattr(env.subprocess, "run", fake_isa_probe(calls))
 
     first = env.fresh_inductor_cache("03_torch_compile")
     second = env.fresh_inductor_cache("03_torch_compile")
 
-    assert first != second and not any(first.iterdir())
+    assert first != second
+    assert sorted(p.name for p in first.iterdir()) == ["isa_check.so"]  # no graph, no kernel
     assert first.parent == tmp_path / "_build" / "inductor-cache"
     assert first.name.startswith("03_torch_compile-")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(second)
+    assert calls == [str(first.parent / env.ISA_PROBE_FOLDER)]  # once per build
+    probe = env.inductor_isa_probe(first.parent)
+    assert probe.chosen == "avx512" and probe.seconds >= 0
+
+
+def test_a_failed_isa_check_leaves_the_new_folder_empty(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(tmp_path / "_build" / "results"))
+    monkeypatch.setattr(env.subprocess, "run", fake_isa_probe([], returncode=1))
+
+    folder = env.fresh_inductor_cache("01_vmap")
+
+    assert not any(folder.iterdir())
+    assert env.inductor_isa_probe(folder.parent) is None
+    assert not (folder.parent / env.ISA_PROBE_FOLDER).exists()
 
 
 @pytest.mark.parametrize(("available", "total", "label"),

@@ -341,12 +341,22 @@ def describe() -> dict[str, object]:
     }
 
 
-def fresh_inductor_cache(chapter: str) -> Path:
-    """Point torch.compile's Inductor cache at a new, empty folder for this run.
+ISA_PROBE_FOLDER = "cpu-isa-probe"  # under _build/inductor-cache/, compiled once per build
+_ISA_PROBE = ("from torch._inductor import cpu_vec_isa; "
+              "print(cpu_vec_isa.pick_vec_isa() or 'none')")
 
-    Compile times are then cold compiles on every build, while the kernels still land under
-    the book's `_build/inductor-cache/` (so `make clean` removes them). Call it before the
-    first `torch.compile`. Chapters 1 to 3 report compile times measured this way.
+
+def fresh_inductor_cache(chapter: str) -> Path:
+    """Point torch.compile's Inductor cache at a new folder for this run, empty but for
+    Inductor's check of the CPU's vector instructions.
+
+    Compile times are then cold compiles of every graph and kernel on every build, while the
+    kernels still land under the book's `_build/inductor-cache/` (so `make clean` removes
+    them). The check (`cpu_vec_isa`: a test program compiled and run per instruction set,
+    about 16 s on the 2-core build machine, once per cache folder) is a cost of the machine,
+    not of any model: `inductor_isa_probe` runs it once per build and each new folder starts
+    with its results, so no page's first compile pays it again. Call this before the first
+    `torch.compile`.
     """
     import tempfile
 
@@ -355,8 +365,44 @@ def fresh_inductor_cache(chapter: str) -> Path:
     parent = results_dir().parent / "inductor-cache"
     parent.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{chapter}-", dir=parent))
+    probe = inductor_isa_probe(parent)
+    if probe is not None:
+        shutil.copytree(probe.folder, folder, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(IsaProbe.RECORD))
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     return folder
+
+
+class IsaProbe:
+    """Inductor's CPU instruction-set check, run once into `folder`: what it chose and how
+    long the fresh process that ran it took (torch's import included)."""
+
+    RECORD = "probe.txt"
+
+    def __init__(self, folder: Path, chosen: str, seconds: float):
+        self.folder, self.chosen, self.seconds = folder, chosen, seconds
+
+
+def inductor_isa_probe(parent: Path) -> IsaProbe | None:
+    """Run Inductor's CPU instruction-set check once into `parent`/cpu-isa-probe (a fresh
+    process, so its cache folder is that one) and return it; later calls read the record.
+    None where the check fails (no C++ compiler, say): torch.compile will then say why."""
+    import time
+
+    folder = parent / ISA_PROBE_FOLDER
+    record = folder / IsaProbe.RECORD
+    if not record.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        ran = subprocess.run([sys.executable, "-c", _ISA_PROBE], capture_output=True,
+                             text=True, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder)})
+        if ran.returncode != 0:
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        chosen = (ran.stdout.strip().splitlines() or ["none"])[-1]
+        record.write_text(f"{chosen}\n{time.perf_counter() - start:.3f}\n")
+    chosen, seconds = record.read_text().split("\n")[:2]
+    return IsaProbe(folder, chosen, float(seconds))
 
 
 def progress(iterable, desc: str = "", total: int | None = None):
