@@ -177,8 +177,8 @@ def test_every_guide_row_states_where_it_was_measured():
     soup = page("notebooks/06_choosing")
     header = [" ".join(th.get_text().split()) for th in soup.find(id="tbl-guide").find_all("th")]
     scope_column = header.index("measured at") - 1  # the first th heads the index column
-    measured = 0
-    for need, cells in glued_rows(soup.find(id="tbl-guide")).items():
+    measured, rows = 0, glued_rows(soup.find(id="tbl-guide"))
+    for need, cells in rows.items():
         if cells[0].startswith(("not measured", "no cross-framework")):  # nothing to scope
             continue
         measured += 1
@@ -186,7 +186,9 @@ def test_every_guide_row_states_where_it_was_measured():
         timed = need in {a.need for a in ADVICE if a.timed}  # byte counts hold anywhere
         assert not timed or "cores)" not in cells[scope_column] \
             or CPU_WARNING in cells[scope_column], need
-    assert measured >= 10
+    # every row is a cross-framework comparison some chapter measures (no single-framework
+    # rows), so a full build measures all of them
+    assert measured == len(rows) >= 8
 
 
 def test_vit_summary_gives_intervals_and_the_parity_check_passed():

@@ -34,6 +34,16 @@ def test_the_tally_counts_each_side_ties_and_the_rest():
     assert bottom_line.tally(rows.iloc[:0]) == "no row that compares the frameworks"
 
 
+def test_the_cpu_tally_tells_training_steps_from_the_other_workloads():
+    rows = pd.DataFrame({"if you need": ["training a ViT", "training a GPT", "vmap, compiled"],
+                         "favours": ["PyTorch", "PyTorch", "JAX"]})
+
+    assert bottom_line._by_kind(rows) == (
+        "for training a model, of 2 rows that compare the frameworks, 0 favoured JAX and 2 "
+        "PyTorch; for the other workloads, of 1 row that compares the frameworks, 1 favoured "
+        "JAX and 0 PyTorch")
+
+
 def test_a_cpu_build_says_it_measured_nothing_on_a_gpu():
     table = bottom_line.bottom_line(advice_for("small"), ANCHORS, ECOSYSTEM)
 

@@ -160,6 +160,8 @@ def test_the_verdict_is_recomputed_from_the_numbers_not_the_files_word():
 
 def test_a_noisy_side_widens_the_band_a_decision_must_clear():
     clear = evidence.evidence_table(noisy_override("tiny_compile_vs_jit", (2.0, 1.9, 2.1, 0.5)))
+    assert ("band [0.667, 1.500], widened from [0.952, 1.050] by a noisy side"
+            in row(clear, "tiny_compile_vs_jit")["result"])
     reached = evidence.evidence_table(noisy_override("tiny_compile_vs_jit",
                                                      (2.0, 1.9, 2.1, 1.0)))
 

@@ -62,7 +62,8 @@ def probe_frame(iqr, own_core_jax=1.0, medians=None):
 def test_the_findings_read_each_choice_from_the_probes():
     iqr = {stability.BUILD: 0.02, stability.BOTH_CORES: 0.2, stability.OWN_CORE: 0.05,
            stability.LONG_BLOCKS: 0.03}
-    found = stability.findings(probe_frame(iqr, medians={stability.BOTH_CORES: 5e-5}), 1)
+    found = stability.findings(probe_frame(iqr, medians={stability.BOTH_CORES: 5e-5}), 1,
+                                0.08)
 
     assert (found["iqr_one"], found["iqr_two"], found["iqr_long"]) == pytest.approx((2, 20, 3))
     assert found["ratio_lo"] == found["ratio_hi"] == pytest.approx(2.0)
@@ -75,8 +76,19 @@ def test_the_findings_read_each_choice_from_the_probes():
 def test_the_findings_say_when_the_probes_disagree():
     iqr = {stability.BUILD: 0.2, stability.BOTH_CORES: 0.02, stability.OWN_CORE: 0.05,
            stability.LONG_BLOCKS: 0.03}
-    found = stability.findings(probe_frame(iqr, own_core_jax=0.5), 1)
+    found = stability.findings(probe_frame(iqr, own_core_jax=0.5), 1, 0.08)
 
     assert "do not agree with that choice" in found["threads_agreement"]
     assert "disagree for some JAX workload" in found["one_core_agreement"]
     assert "the longer blocks were steadier" in found["block_agreement"]
+
+
+def test_a_jax_workload_within_the_tie_band_of_its_one_core_time_is_no_disagreement():
+    iqr = dict.fromkeys((stability.BUILD, stability.BOTH_CORES, stability.OWN_CORE,
+                         stability.LONG_BLOCKS), 0.05)
+
+    within = stability.findings(probe_frame(iqr, own_core_jax=0.94), 1, 0.08)
+    beyond = stability.findings(probe_frame(iqr, own_core_jax=0.90), 1, 0.08)
+
+    assert "agree: JAX's per-call work was not faster" in within["one_core_agreement"]
+    assert "disagree for some JAX workload" in beyond["one_core_agreement"]

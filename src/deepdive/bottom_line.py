@@ -35,6 +35,17 @@ def tally(rows: pd.DataFrame) -> str:
     return f"of {len(rows)} {noun} the frameworks, " + _listed(parts)
 
 
+def _by_kind(rows: pd.DataFrame) -> str:
+    """The tally told apart for model training steps and for the rest (per-call costs,
+    vmap, compiled chains), which a reader weighs differently: 'for training a model, of 2
+    rows ...; for the other workloads, of 5 rows ...'."""
+    training = rows["if you need"].str.startswith("training")
+    parts = [f"for {kind}, {tally(part)}" for kind, part in
+             (("training a model", rows[training]), ("the other workloads", rows[~training]))
+             if not part.empty]
+    return "; ".join(parts)
+
+
 def _listed(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
@@ -93,8 +104,8 @@ def bottom_line(advice: pd.DataFrame, anchors: pd.DataFrame,
         gpu_measured = (f"On {gpus}, {tally(on_gpu)} (the guide above)." if not on_gpu.empty
                         else "Nothing on a GPU: this build ran on a CPU, whose results say "
                         "nothing about GPUs.")
-        cpu_measured = (f"On {cpus}, at this build's small sizes, {tally(on_cpu)} (the guide "
-                        "above)." if not on_cpu.empty else "Nothing on a CPU in this build.")
+        cpu_measured = (f"On {cpus}, at this build's small sizes, {_by_kind(on_cpu)} (the "
+                        "guide above)." if not on_cpu.empty else "Nothing on a CPU in this build.")
     rows = {
         "GPU training": (gpu_measured, gpu_anchors(anchors),
                          "Which framework trains your model faster on your GPU at your "

@@ -287,7 +287,8 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
             for suffix in ("", "_verdict", "_ratio"):
                 put(f"{alias}{suffix}", glued[f"{claim_id}{suffix}"])
     put("claims_found", Markdown("\n".join(bullets) or "- (no headline claims)"))
-    put("claims_all", pd.DataFrame(rows).set_index("question"))
+    with pd.option_context("display.max_colwidth", None):  # glue renders it now: whole
+        put("claims_all", pd.DataFrame(rows).set_index("question"))  # reasons, no "..."
     band = TieBand(float(frame["build_band"].iat[0]))  # one per build (calibration)
     put("tie_band_pct", 100 * band.width)
     put("tie_band_range", f"[{band.low:.3f}, {band.high:.3f}]")

@@ -239,11 +239,21 @@ def _claim_row(item: FromClaim, saved) -> dict:
     return {"key": saved["claim_id"], "question": saved["question"], "verdict": verdict,
             "favours": favours,
             "result": f"{saved['candidate']} against {saved['baseline']}: {verdict}, "
-                      f"{describe(saved)} (tie band {_band(float(saved['tie_band']))})",
+                      f"{describe(saved)} ({_band_used(saved)})",
             "ratio": float(saved["ratio"]), "low": float(saved["low"]),
             "high": float(saved["high"]), "tie_band": float(saved["tie_band"]),
             "candidate": saved["candidate"], "baseline": saved["baseline"],
             "device": saved["device"], "scale": saved["scale"]}
+
+
+def _band_used(saved) -> str:
+    """The band this claim's verdict was decided against: the build's tie band, or the
+    wider one a noisy side set (claims.csv's decision_band), said so."""
+    tie, used = float(saved["tie_band"]), saved.get("decision_band")
+    used = tie if used is None or used != used else float(used)  # NaN: an older claims.csv
+    if used > tie:
+        return f"band {_band(used)}, widened from {_band(tie)} by a noisy side"
+    return f"tie band {_band(tie)}"
 
 
 def _band(width: float) -> str:
