@@ -1,5 +1,6 @@
 """deepdive.stability: the probes behind the CPU set-up, and the A/A check's building blocks."""
 
+import pandas as pd
 import pytest
 
 from deepdive import stability
@@ -92,3 +93,19 @@ def test_a_jax_workload_within_the_tie_band_of_its_one_core_time_is_no_disagreem
 
     assert "agree: JAX's per-call work was not faster" in within["one_core_agreement"]
     assert "disagree for some JAX workload" in beyond["one_core_agreement"]
+
+
+def test_the_aa_reading_counts_straddles_under_load_and_decisions_on_the_quiet_machine():
+    from deepdive.verdict import TieBand
+
+    quiet = ({"low": 0.98, "high": 1.02}, {"low": 1.11, "high": 1.13},
+             {"low": 0.97, "high": 1.05})
+    band = TieBand(0.1, quiet)
+    loaded = pd.DataFrame({"low": [0.8, 0.95, 0.7], "high": [1.6, 1.05, 0.95]})
+
+    found = stability.aa_reading(loaded, band)
+
+    assert found["aa_straddled"] == 2  # [0.95, 1.05] lies inside the band
+    assert found["quiet_pairs"] == 3 and found["quiet_decided"] == 1
+    assert found["quiet_rate_pct"] == pytest.approx(100 / 3)
+    assert found["aa_width_pct"] == pytest.approx(100 * (0.95 / 0.7 - 1))  # the median

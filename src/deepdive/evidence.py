@@ -94,7 +94,7 @@ EVIDENCE = (
     FromClaim("vit_bf16", "training", "04_vit_training", ("bf16_best_jax_vs_torch",),
               _jax_if_faster(), optional=True,
               absent="no claim of each framework's best bf16 step in this build: the ViT "
-                     "page compiles bf16 on a GPU only, and its bf16 timings without "
+                     "page runs torch.compile in bf16 on a GPU only, and its bf16 timings without "
                      "torch.compile stay in the chapter"),
     FromClaim("xla_route", "training", "04_vit_xla",
               ("xla_lazy_vs_jax", "xla_compile_vs_jax", "torchax_vs_jax"),
@@ -105,7 +105,7 @@ EVIDENCE = (
               ("char_bf16_jax_vs_torch", "vocab_bf16_jax_vs_torch"), _jax_if_faster(),
               optional=True,
               absent="no claim of each framework's best bf16 step in this build: the GPT "
-                     "page compiles bf16 on a GPU with native bf16 only, and its bf16 "
+                     "page runs torch.compile in bf16 only on a GPU with native bf16, and its bf16 "
                      "comparison of jax.jit with PyTorch eager, without torch.compile, stays "
                      "in the chapter"),
     ShardedMemory("fsdp_memory", "scaling", "05_distributed",

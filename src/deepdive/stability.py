@@ -350,3 +350,29 @@ if __name__ == "__main__":
         print(json.dumps(_aa(int(sys.argv[2]))))
     else:
         print(json.dumps(_run(*(int(arg) for arg in sys.argv[1:4]))))
+
+
+def aa_reading(loaded, band) -> dict:
+    """What the methodology page reads from the A/A pairs: under load (`loaded`, an
+    `aa_under_load` frame), how many intervals reached across the build's plain band (so no
+    widening was needed to withhold them) and their median width; on the quiet machine, the
+    calibration's own A/A pairs (`band.evidence`) decided against that band, with their
+    median width. A test with wide intervals cannot decide much; the quiet pairs are the
+    ones with the pages' precision."""
+    import numpy as np
+
+    def decided(rows):
+        return sum(r["low"] > band.high or r["high"] < band.low for r in rows)
+
+    def width(rows):
+        return 100 * float(np.median([r["high"] / r["low"] - 1 for r in rows]))
+
+    under_load = loaded.to_dict("records")
+    quiet = list(band.evidence)
+    return {"aa_straddled": sum(r["low"] <= band.high and r["high"] >= band.low
+                                and not (r["low"] >= band.low and r["high"] <= band.high)
+                                for r in under_load),
+            "aa_width_pct": width(under_load),
+            "quiet_pairs": len(quiet), "quiet_decided": decided(quiet),
+            "quiet_rate_pct": 100 * decided(quiet) / max(len(quiet), 1),
+            "quiet_width_pct": width(quiet) if quiet else float("nan")}
