@@ -25,31 +25,31 @@ HTML = ROOT / "_build" / "html"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
 # What each chapter must show at least (the issues: vmap 3 figures, jit/XLA 4, compile 4,
 # ViT training 4, distributed 2).
-MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4, "04_vit_training": 4,
-               "04_vit_xla": 1, "04_gpt_training": 3, "05_distributed": 2, "06_choosing": 1}
+MIN_FIGURES = {"01_vmap": 3, "02_jit_xla": 4, "03_torch_compile": 4, "05_vit_training": 4,
+               "05_vit_xla": 1, "04_gpt_training": 3, "06_distributed": 2, "07_choosing": 1}
 GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict",
                 "03_torch_compile": "tbl-compile-verdict",
-                "04_vit_training": "tbl-vit-summary", "04_gpt_training": "tbl-gpt-summary",
-                "05_distributed": "tbl-distributed-verdict", "06_choosing": "tbl-evidence"}
+                "05_vit_training": "tbl-vit-summary", "04_gpt_training": "tbl-gpt-summary",
+                "06_distributed": "tbl-distributed-verdict", "07_choosing": "tbl-evidence"}
 # The chapters whose every comparison is a claim in claims.csv, decided by deepdive.verdict.
 # Chapter 5 makes claims on real devices only (several GPUs): on simulated ones it times
 # nothing, and the build's claims.csv says which it did.
-CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training",
+CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "05_vit_training",
                   "04_gpt_training")
 # The pages chapter 6 reads and names in its provenance table.
-EVIDENCE_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training",
-                     "04_vit_xla", "04_gpt_training", "05_distributed")
+EVIDENCE_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "05_vit_training",
+                     "05_vit_xla", "04_gpt_training", "06_distributed")
 # The PyTorch/XLA page makes claims when its side environment ran (always under CI); a
 # build with DEEPDIVE_SKIP_XLA=1 shows "not run" there instead. Read from the built page.
-XLA_PAGE = HTML / "notebooks" / "04_vit_xla.html"
+XLA_PAGE = HTML / "notebooks" / "05_vit_xla.html"
 XLA_RAN = not XLA_PAGE.exists() or "The route runs in this build" in " ".join(
     BeautifulSoup(XLA_PAGE.read_text(), "html.parser").get_text().split())
 if XLA_RAN:
-    GLUED_TABLES["04_vit_xla"] = "tbl-xla-summary"
+    GLUED_TABLES["05_vit_xla"] = "tbl-xla-summary"
 CLAIMS_FILE = ROOT / "_build" / "results" / "claims.csv"
-DISTRIBUTED_CLAIMED = CLAIMS_FILE.exists() and "05_distributed" in CLAIMS_FILE.read_text()
-VERDICT_CHAPTERS = CLAIM_CHAPTERS + (("04_vit_xla",) if XLA_RAN else ()) + (
-    ("05_distributed",) if DISTRIBUTED_CLAIMED else ())
+DISTRIBUTED_CLAIMED = CLAIMS_FILE.exists() and "06_distributed" in CLAIMS_FILE.read_text()
+VERDICT_CHAPTERS = CLAIM_CHAPTERS + (("05_vit_xla",) if XLA_RAN else ()) + (
+    ("06_distributed",) if DISTRIBUTED_CLAIMED else ())
 ERROR_MARKERS = ("Traceback (most recent call last)", "Error in callback", "DeadKernelError")
 
 
@@ -120,7 +120,7 @@ def test_chapter_has_its_glued_summary_table(chapter, table_id):
 
 
 @pytest.mark.parametrize(("chapter", "least"), [("02_jit_xla", 2), ("03_torch_compile", 1),
-                                               ("04_vit_training", 1), ("06_choosing", 4)])
+                                               ("05_vit_training", 1), ("07_choosing", 4)])
 def test_cells_meant_to_fail_do_show_their_error(chapter, least):
     failing = page(f"notebooks/{chapter}").select(".tag_raises-exception")
     assert len(failing) >= least
@@ -132,7 +132,7 @@ def test_vmap_summary_gives_intervals():
 
 
 def test_the_guide_read_every_chapters_results_in_this_build():
-    soup = page("notebooks/06_choosing")
+    soup = page("notebooks/07_choosing")
     text = soup.get_text()
     assert ALL_FOUND in text
     assert "MISSING" not in soup.find(id="tbl-evidence").get_text()
@@ -155,14 +155,14 @@ def test_the_reproduce_page_and_chapter_6_name_the_same_build_behind_each_chapte
     """The footer says every number was measured by a build of this book and points at
     the Reproduce page for which one: both pages must agree, chapter by chapter."""
     this_build = this_build_on_the_reproduce_page()
-    chapter6 = page("notebooks/06_choosing").find(id="tbl-provenance")
+    chapter6 = page("notebooks/07_choosing").find(id="tbl-provenance")
     assert f"This page ran in build {this_build}" in " ".join(chapter6.get_text().split())
     read_by_chapter6 = glued_rows(chapter6)
     listed = glued_rows(page("book/reproduce").find(id="which-build-measured-each-chapter")
                         .find("table"))
     assert set(read_by_chapter6) == set(EVIDENCE_CHAPTERS)
     assert {chapter: listed[chapter] for chapter in EVIDENCE_CHAPTERS} == read_by_chapter6
-    assert listed["06_choosing"][0] == this_build  # forced: it ran in this very build
+    assert listed["07_choosing"][0] == this_build  # forced: it ran in this very build
     assert "methodology" in listed
     for chapter, (build_id, *_, measured_in) in read_by_chapter6.items():
         assert (build_id == this_build) == (measured_in == "this build"), chapter
@@ -174,7 +174,7 @@ def test_the_reproduce_page_and_chapter_6_name_the_same_build_behind_each_chapte
 def test_every_guide_row_states_where_it_was_measured():
     from deepdive.guide import ADVICE, CPU_WARNING
 
-    soup = page("notebooks/06_choosing")
+    soup = page("notebooks/07_choosing")
     header = [" ".join(th.get_text().split()) for th in soup.find(id="tbl-guide").find_all("th")]
     scope_column = header.index("measured at") - 1  # the first th heads the index column
     measured, rows = 0, glued_rows(soup.find(id="tbl-guide"))
@@ -192,7 +192,7 @@ def test_every_guide_row_states_where_it_was_measured():
 
 
 def test_vit_summary_gives_intervals_and_the_parity_check_passed():
-    soup = page("notebooks/04_vit_training")
+    soup = page("notebooks/05_vit_training")
     assert re.search(r"\dx \[\d+\.\d+, \d+\.\d+\]", soup.find(id="tbl-vit-summary").get_text())
     parity_text = soup.find(id="proof-of-equivalence").get_text()
     assert "within tolerance" in parity_text and "False" not in parity_text.split("A broken")[0]
@@ -299,7 +299,7 @@ def execution_seconds():
 
 
 def test_chapter_6_runs_within_a_minute():
-    assert execution_seconds()["notebooks/06_choosing"] <= 60
+    assert execution_seconds()["notebooks/07_choosing"] <= 60
 
 
 @pytest.mark.parametrize("chapter", plans.CHAPTERS)
@@ -335,7 +335,7 @@ def test_the_xla_page_measured_every_route_in_this_build():
 
     from deepdive import xla_route
 
-    soup = page("notebooks/04_vit_xla")
+    soup = page("notebooks/05_vit_xla")
     text = " ".join(soup.get_text().split())
     assert "The route runs in this build" in text and "not run in this build" not in text
     modes = soup.find(id="tbl-xla-modes")
@@ -394,7 +394,7 @@ def test_every_page_read_the_builds_one_tie_band_and_cpu_peak():
     assert (frame["decision_band"] >= frame["tie_band"] - 1e-12).all()
     if cpu.all():  # MFU on a CPU divides by the build's one peak, on every page
         peaks = {f"{dtype} {p['flops_per_s']:.6g}" for dtype, p in saved.peaks.items()}
-        for chapter in ("03_torch_compile", "04_gpt_training", "04_vit_training"):
+        for chapter in ("03_torch_compile", "04_gpt_training", "05_vit_training"):
             used = pd.read_csv(ROOT / "_build" / "results" / f"{chapter}.csv")
             rows = used[used["experiment"] == "peak"]
             assert not rows.empty, f"{chapter} saved no peak"
@@ -420,7 +420,7 @@ def test_every_pages_provenance_records_the_allocator_regime_in_force():
     assert set(measuring["chapter"]) >= set(EVIDENCE_CHAPTERS)
     assert measuring["allocator"].str.startswith(allocator.KEPT).all(), measuring[
         ["chapter", "allocator"]]
-    xla = stamps.set_index("chapter").loc["04_vit_xla"]
+    xla = stamps.set_index("chapter").loc["05_vit_xla"]
     if XLA_RAN:  # its routes ran torch 2.9 in the worker, and the stamp says so
         assert xla["torch"].startswith("2.9") and "(this page)" in xla["torch"]
 
@@ -463,12 +463,12 @@ def test_the_language_model_row_compares_each_frameworks_best_checked_step():
             mine = model[model["framework"] == framework]
             best = mine.loc[mine["value"].idxmin(), "variant"]
             assert best == f"{name} fp32", (key, framework, best, name)
-    guide_text = " ".join(page("notebooks/06_choosing").find(id="tbl-guide").get_text().split())
+    guide_text = " ".join(page("notebooks/07_choosing").find(id="tbl-guide").get_text().split())
     assert "JAX's best step" in guide_text
 
 
 def test_chapter_6_has_a_bottom_line_and_one_sentence_slides_cells():
-    soup = page("notebooks/06_choosing")
+    soup = page("notebooks/07_choosing")
     assert soup.find(id="the-bottom-line") is not None
     text = " ".join(soup.find(id="the-bottom-line").get_text().split())
     for situation in ("GPU training", "TPU", "research prototyping", "serving", "CPU-only"):

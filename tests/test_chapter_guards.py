@@ -38,13 +38,13 @@ def test_jax_is_told_to_share_the_gpu_before_it_is_imported(chapter):
 
 
 @pytest.mark.parametrize("chapter", [c for c in BOTH_FRAMEWORKS if c in plans.CHAPTERS
-                                     and c != "05_distributed"])
+                                     and c != "06_distributed"])
 def test_a_chapter_timing_both_frameworks_checks_they_share_a_device(chapter):
     assert "env.require_same_device()" in code(chapter)
 
 
 def test_chapter_5_checks_its_ranks_ran_on_jaxs_kind_of_device():
-    assert re.search(r"assert ran_on == \{TORCH_DEVICE\}", code("05_distributed"))
+    assert re.search(r"assert ran_on == \{TORCH_DEVICE\}", code("06_distributed"))
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -244,16 +244,16 @@ def test_glue_noise_counts_noisy_and_extended_timings():
 
 
 def test_one_comparison_asked_twice_is_one_claim_under_two_names():
-    claims = Claims("04_vit_training", TieBand(0.03))
+    claims = Claims("05_vit_training", TieBand(0.03))
     first = claims.compare("best_jax_vs_torch", "best against best", SLOW, FAST, headline=True)
     again = claims.compare("fused_jax_vs_torch", "the API pairing", SLOW, FAST)
     claims.save()
     glued, glue = collect()
 
-    glue_claims("04_vit_training", glue=glue)
+    glue_claims("05_vit_training", glue=glue)
 
     assert again is claims.claims["best_jax_vs_torch"] and first.claim_id == again.claim_id
-    assert list(load_claims("04_vit_training")["claim_id"]) == ["best_jax_vs_torch"]
+    assert list(load_claims("05_vit_training")["claim_id"]) == ["best_jax_vs_torch"]
     assert glued["fused_jax_vs_torch"] == glued["best_jax_vs_torch"] == "faster than"
     assert glued["fused_jax_vs_torch_ratio"] == "2.000x [2.000, 2.000]"
 

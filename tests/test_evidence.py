@@ -18,8 +18,8 @@ from deepdive.results import COLUMNS as RECORD_COLUMNS
 def build_shape(scale, device, devices, bf16):
     return {"device": device, "devices": devices, "bf16": bf16,
             "gpt": tuple(w.name for w in plans.sizes("03_torch_compile", scale).workloads),
-            "vit_batches": plans.sizes("04_vit_training", scale).batch_sizes,
-            "torch_worlds": plans.sizes("05_distributed", scale).worlds}
+            "vit_batches": plans.sizes("05_vit_training", scale).batch_sizes,
+            "torch_worlds": plans.sizes("06_distributed", scale).worlds}
 
 
 SCALES = {"small": build_shape("small", "AMD EPYC (2 cores)", (2, 4, 8), False),
@@ -35,11 +35,11 @@ def claim_ids(shape):
     c2 = [("02_jit_xla", name, "tiny arrays") for name in
           ("tiny_compile_vs_jit", "tiny_eager_torch_vs_jax")]
     c2 += [("02_jit_xla", "fusion_compile_vs_jit", "chain of 8 ops, freed memory kept")]
-    c4 = [("04_vit_training", f"{name}_b{batch}", f"ViT training step, batch {batch}")
+    c4 = [("05_vit_training", f"{name}_b{batch}", f"ViT training step, batch {batch}")
           for batch in shape["vit_batches"] for name in ("best_jax_vs_torch", "fused_jax_vs_torch")]
     if shape["bf16"]:
-        c4.append(("04_vit_training", "bf16_best_jax_vs_torch", "ViT step, bf16"))
-    c4 += [("04_vit_xla", f"{route}_vs_jax", "ViT training step, batch 32, CPU")
+        c4.append(("05_vit_training", "bf16_best_jax_vs_torch", "ViT step, bf16"))
+    c4 += [("05_vit_xla", f"{route}_vs_jax", "ViT training step, batch 32, CPU")
            for route in ("xla_lazy", "xla_compile", "torchax")]
     # The GPT page compiles bf16 only on a GPU with native bf16, so only there does it
     # compare each framework's best bf16 step.
@@ -69,7 +69,7 @@ def memory_records(shape, scale, divided=True):
     for n in shape["devices"]:
         rows.append(("memory_per_device", "jax", "FSDP, shard_map", n, "state", 1000.0 / n,
                      "KiB"))
-    return pd.DataFrame([dict(zip(RECORD_COLUMNS, ("05_distributed", *row, shape["device"],
+    return pd.DataFrame([dict(zip(RECORD_COLUMNS, ("06_distributed", *row, shape["device"],
                                                    scale), strict=True)) for row in rows])
 
 
@@ -86,8 +86,8 @@ def results_for(scale="small", skip=(), override=None, divided=True):
                               noisy))
     found = {chapter: None for chapter in evidence.CHAPTERS}
     found["claims"] = pd.DataFrame(rows) if rows else None
-    if "05_distributed" not in skip:
-        found["05_distributed"] = memory_records(shape, scale, divided)
+    if "06_distributed" not in skip:
+        found["06_distributed"] = memory_records(shape, scale, divided)
     return found
 
 
@@ -212,15 +212,15 @@ def test_decided_claims_give_the_advice_for_their_side():
 
 
 def test_a_missing_chapter_is_reported_not_guessed():
-    table = evidence.evidence_table(results_for(skip=("04_vit_training", "05_distributed")))
+    table = evidence.evidence_table(results_for(skip=("05_vit_training", "06_distributed")))
 
-    missing = table[table["chapter"].isin(["04_vit_training", "05_distributed"])]
-    expected = sum(e.chapter in ("04_vit_training", "05_distributed") for e in evidence.EVIDENCE)
+    missing = table[table["chapter"].isin(["05_vit_training", "06_distributed"])]
+    expected = sum(e.chapter in ("05_vit_training", "06_distributed") for e in evidence.EVIDENCE)
     assert len(missing) == expected >= 3 and (missing["favours"] == evidence.MISSING).all()
     assert missing["ratio"].map(math.isnan).all()
     assert (table.loc[~table.index.isin(missing.index), "favours"] != evidence.MISSING).all()
     assert suggests(table, "training a ViT").startswith(
-        "no evidence in this build: run 04_vit_training")
+        "no evidence in this build: run 05_vit_training")
     assert advice(table, "parameters and optimizer state")["measured at"] == ""
 
 
@@ -259,9 +259,9 @@ def test_memory_compares_both_frameworks_at_their_largest_common_device_count():
 
 def test_the_memory_row_names_the_model_chapter_5_saved():
     results = results_for("small")
-    model = ("05_distributed", "model", "both", "MLP training step, 1,000 parameters", "-",
+    model = ("06_distributed", "model", "both", "MLP training step, 1,000 parameters", "-",
              "parameters", 1000.0, "count", SCALES["small"]["device"], "small")
-    results["05_distributed"] = pd.concat([results["05_distributed"], pd.DataFrame(
+    results["06_distributed"] = pd.concat([results["06_distributed"], pd.DataFrame(
         [dict(zip(RECORD_COLUMNS, model, strict=True))])], ignore_index=True)
 
     memory = row(evidence.evidence_table(results), "fsdp_memory")
@@ -395,7 +395,7 @@ def test_fetch_refuses_a_partial_copy_naming_what_is_missing(tmp_path):
 def test_a_skipped_pytorch_xla_page_is_not_measured_not_missing():
     """DEEPDIVE_SKIP_XLA=1 builds save no claims from the PyTorch/XLA page: its row says
     why, while the other chapters' rows are read as usual."""
-    table = evidence.evidence_table(results_for(skip=("04_vit_xla",)))
+    table = evidence.evidence_table(results_for(skip=("05_vit_xla",)))
     xla = table[table["group"] == "xla_route"]
     assert len(xla) == 1 and (xla["favours"] == evidence.NOT_MEASURED).all()
     assert xla["result"].str.contains("did not run its route").all()

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-ALWAYS_FRESH = (ROOT / "notebooks" / "06_choosing.md", ROOT / "book" / "reproduce.md",
-                ROOT / "notebooks" / "04_vit_xla.md")
+ALWAYS_FRESH = (ROOT / "notebooks" / "07_choosing.md", ROOT / "book" / "reproduce.md",
+                ROOT / "notebooks" / "05_vit_xla.md")
 
 
 @pytest.mark.parametrize("page", ALWAYS_FRESH, ids=lambda p: p.stem)
@@ -19,7 +19,7 @@ def test_pages_that_read_this_builds_results_force_their_execution(page):
 
 
 def test_the_paired_notebook_keeps_the_execution_mode_too():
-    notebook = jupytext.read(ROOT / "notebooks" / "06_choosing.ipynb")
+    notebook = jupytext.read(ROOT / "notebooks" / "07_choosing.ipynb")
 
     assert notebook.metadata["mystnb"] == {"execution_mode": "force"}
 
@@ -29,7 +29,7 @@ def test_jupytext_with_this_repositorys_config_keeps_mystnb_in_the_markdown():
     from jupytext.config import load_jupytext_configuration_file
 
     config = load_jupytext_configuration_file(str(ROOT / "jupytext.toml"))
-    notebook = jupytext.read(ROOT / "notebooks" / "06_choosing.ipynb")
+    notebook = jupytext.read(ROOT / "notebooks" / "07_choosing.ipynb")
     text = jupytext.writes(notebook, fmt="md:myst", config=config)
 
     assert jupytext.reads(text, fmt="md:myst").metadata["mystnb"] == {"execution_mode": "force"}
@@ -90,5 +90,5 @@ def test_the_pytorch_xla_page_re_executes_in_every_build():
     """Its numbers depend on the side environment, which its code cells do not show: a
     cached page would keep "not run" (or old versions) after the environment changed."""
     for suffix in (".md", ".ipynb"):
-        notebook = jupytext.read(ROOT / "notebooks" / f"04_vit_xla{suffix}")
+        notebook = jupytext.read(ROOT / "notebooks" / f"05_vit_xla{suffix}")
         assert notebook.metadata["mystnb"] == {"execution_mode": "force"}, suffix

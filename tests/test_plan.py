@@ -55,7 +55,7 @@ def test_every_chapter_fits_the_cpu_build_at_small(chapter):
 def test_full_on_a_readers_gpu_is_refused_naming_medium(gpu):
     """The seeds' ViT-B/16 at batch 32 alone needs more than a T4 or an L4 holds."""
     with pytest.raises(plan.PlanDoesNotFit, match="DEEPDIVE_SCALE=medium"):
-        plans.plan("04_vit_training", "full", GPUS[gpu], HOST).check()
+        plans.plan("05_vit_training", "full", GPUS[gpu], HOST).check()
 
 
 def test_a_40gb_a100_runs_full_except_the_gpt_2_and_vit_b_16_training_benchmarks():
@@ -63,12 +63,12 @@ def test_a_40gb_a100_runs_full_except_the_gpt_2_and_vit_b_16_training_benchmarks
     activations; chapter 4 keeps sixteen ViT-B/16 configurations at the seed's batch: both
     need more than a 40 GB A100, and their plans say so before a cell runs, naming medium."""
     a100 = GPUS["A100 40GB"]
-    for chapter in ("01_vmap", "02_jit_xla", "05_distributed"):
+    for chapter in ("01_vmap", "02_jit_xla", "06_distributed"):
         plans.plan(chapter, "full", a100, HOST).check()
     with pytest.raises(plan.PlanDoesNotFit, match=r"GPT-2 124M.*GiB.*DEEPDIVE_SCALE=medium"):
         plans.plan("03_torch_compile", "full", a100, HOST).check()
     with pytest.raises(plan.PlanDoesNotFit, match=r"batch 32' needs.*DEEPDIVE_SCALE=medium"):
-        plans.plan("04_vit_training", "full", a100, HOST).check()
+        plans.plan("05_vit_training", "full", a100, HOST).check()
 
 
 def test_an_oversized_plan_is_refused_with_the_smaller_scale_or_a_plain_no():
@@ -156,7 +156,7 @@ def test_gpt_parameter_counts_match_the_model_built_on_the_meta_device(scale):
 def test_vit_parameter_counts_match_the_model_built_on_the_meta_device(scale):
     from transformers import ViTConfig, ViTForImageClassification
 
-    sizes = plans.sizes("04_vit_training", scale)
+    sizes = plans.sizes("05_vit_training", scale)
     with torch.device("meta"):
         model = ViTForImageClassification(ViTConfig(**sizes.config))
     assert sizes.parameters == sum(p.numel() for p in model.parameters())
@@ -164,7 +164,7 @@ def test_vit_parameter_counts_match_the_model_built_on_the_meta_device(scale):
 
 
 def test_full_sizes_are_the_seeds():
-    vit = plans.sizes("04_vit_training", "full")
+    vit = plans.sizes("05_vit_training", "full")
     gpts = {w.key: w for w in plans.sizes("03_torch_compile", "full").workloads}
 
     assert (vit.image_size, vit.patch_size, vit.hidden_size, vit.num_hidden_layers) == \
@@ -182,7 +182,7 @@ def test_the_nnx_twin_at_every_gpu_scale_has_the_planned_parameters_without_allo
 
     from deepdive import vit
 
-    sizes = plans.sizes("04_vit_training", scale)
+    sizes = plans.sizes("05_vit_training", scale)
     abstract = nnx.eval_shape(lambda: vit.ViTForImageClassification(
         ViTConfig(**sizes.config), rngs=nnx.Rngs(0)))
     leaves = jax.tree.leaves(nnx.state(abstract, nnx.Param))
@@ -216,8 +216,8 @@ def test_where_inductor_refuses_bf16_the_chapters_plan_and_run_without_its_bf16_
 
 
 def test_the_summary_states_every_assumption_and_what_was_measured():
-    gpu = plans.plan("04_vit_training", "medium", GPUS["L4"], HOST).summary()
-    cpu = plans.plan("04_vit_training", "small", BUILD_CPU).summary()
+    gpu = plans.plan("05_vit_training", "medium", GPUS["L4"], HOST).summary()
+    cpu = plans.plan("05_vit_training", "small", BUILD_CPU).summary()
 
     for text in (gpu, cpu):
         for figure in ("of peak FLOP/s", "µs per dispatch", "15 timed blocks", "jax.jit",

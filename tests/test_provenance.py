@@ -52,13 +52,13 @@ def test_saving_results_or_claims_stamps_the_chapter():
     records = Results("03_torch_compile")
     records.add("e", "torch", "v", 1, "m", 1.0, "s")
     records.save()
-    claims = Claims("04_vit_training", TieBand(0.05))
+    claims = Claims("05_vit_training", TieBand(0.05))
     a = Timing("a", np.full(15, 1e-3), calls_per_block=1, first_call=0.0, session=7)
     b = Timing("b", np.full(15, 2e-3), calls_per_block=1, first_call=0.0, session=7)
     claims.compare("b_vs_a", "q: b against a", a, b)
     claims.save()
 
-    assert set(provenance.load()["chapter"]) == {"03_torch_compile", "04_vit_training"}
+    assert set(provenance.load()["chapter"]) == {"03_torch_compile", "05_vit_training"}
 
 
 @pytest.mark.parametrize("bad", ["", None, 3])
@@ -90,9 +90,9 @@ def test_work_that_ran_on_the_cpu_is_labelled_so_where_a_gpu_is_present(monkeypa
     from deepdive import env
 
     monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
-    records = Results("05_distributed", device=env.cpu_label())
+    records = Results("06_distributed", device=env.cpu_label())
     records.add("e", "jax", "v", 1, "m", 1.0, "s")
-    claims = Claims("05_distributed", TieBand(0.05), device=env.cpu_label())
+    claims = Claims("06_distributed", TieBand(0.05), device=env.cpu_label())
     a = Timing("a", np.full(15, 1e-3), calls_per_block=1, first_call=0.0, session=3)
     claim = claims.compare("b_vs_a", "q: b against a", a, a)
 

@@ -55,8 +55,8 @@ def test_save_then_load_round_trips_the_records(results_in_tmp):
 
 
 def test_load_of_a_chapter_that_has_not_run_names_it():
-    with pytest.raises(FileNotFoundError, match="no results for chapter '05_distributed'"):
-        load("05_distributed")
+    with pytest.raises(FileNotFoundError, match="no results for chapter '06_distributed'"):
+        load("06_distributed")
 
 
 def test_results_dir_is_found_from_the_books_toc_upwards(tmp_path, monkeypatch):

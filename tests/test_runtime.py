@@ -123,13 +123,13 @@ def test_the_colab_path_runs_a_chapter_top_to_bottom(runtime_python, tmp_path, e
             pytest.skip("no published results: run after `make book`")
         env["DEEPDIVE_EVIDENCE"] = published.as_uri()
 
-    nb = execute(repository / "notebooks" / "06_choosing.ipynb", python=runtime_python,
+    nb = execute(repository / "notebooks" / "07_choosing.ipynb", python=runtime_python,
                  cwd=tmp_path / "content", env=env, tmp_path=tmp_path)
 
     report = first_output(nb)
     assert "Kept from this runtime: torch" in report and "Installing:" not in report
     assert "Scale: small" in report
-    assert (book / "_build" / "results" / "06_choosing.csv").exists()  # saved in the clone
+    assert (book / "_build" / "results" / "07_choosing.csv").exists()  # saved in the clone
     text = json.dumps([c.get("outputs", []) for c in nb.cells])
     if evidence == "published":
         assert ALL_FOUND in text
@@ -158,11 +158,11 @@ def test_an_unreachable_address_stops_the_first_cell_saying_how_to_fix_it(tmp_pa
 def test_a_plain_jupyter_with_only_the_runtime_runs_a_chapter(runtime_python, tmp_path):
     """A kernel started in notebooks/ imports deepdive (installed by the runtime's `-e .`)."""
     results = tmp_path / "results"
-    nb = execute(ROOT / "notebooks" / "05_distributed.ipynb", python=runtime_python,
+    nb = execute(ROOT / "notebooks" / "06_distributed.ipynb", python=runtime_python,
                  cwd=ROOT / "notebooks", tmp_path=tmp_path,
                  env={"DEEPDIVE_RESULTS_DIR": str(results), "DEEPDIVE_SCALE": "small",
                       "CUDA_VISIBLE_DEVICES": ""})
 
     assert first_output(nb) == ""  # the Colab cell did nothing
-    assert (results / "05_distributed.csv").exists()
+    assert (results / "06_distributed.csv").exists()
     assert not any(o.output_type == "error" for c in nb.cells for o in c.get("outputs", []))

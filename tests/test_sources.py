@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "book" / "data"
 BIB_KEYS = set(re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(),
                           re.MULTILINE))
-CHAPTER = (ROOT / "notebooks" / "06_choosing.md").read_text()
+CHAPTER = (ROOT / "notebooks" / "07_choosing.md").read_text()
 CITED = {key.strip() for group in re.findall(r"\{cite\}`([^`]+)`", CHAPTER)
          for key in group.split(",")}
 

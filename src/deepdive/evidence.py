@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_vit_training", "04_vit_xla",
-            "04_gpt_training", "05_distributed")
+CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_gpt_training", "05_vit_training",
+            "05_vit_xla", "06_distributed")
 MISSING = "MISSING"
 NOT_MEASURED = "not measured in this build"
 WITHHELD = "withheld on this build"
@@ -89,14 +89,14 @@ EVIDENCE = (
               _torch_if_faster()),
     FromClaim("fusion", "compilation", "02_jit_xla", ("fusion_compile_vs_jit",),
               _torch_if_faster()),
-    FromClaim("vit_fp32", "training", "04_vit_training", ("best_jax_vs_torch_b{n}",),
+    FromClaim("vit_fp32", "training", "05_vit_training", ("best_jax_vs_torch_b{n}",),
               _jax_if_faster()),
-    FromClaim("vit_bf16", "training", "04_vit_training", ("bf16_best_jax_vs_torch",),
+    FromClaim("vit_bf16", "training", "05_vit_training", ("bf16_best_jax_vs_torch",),
               _jax_if_faster(), optional=True,
               absent="no claim of each framework's best bf16 step in this build: the ViT "
                      "page runs torch.compile in bf16 on a GPU only, and its bf16 timings without "
                      "torch.compile stay in the chapter"),
-    FromClaim("xla_route", "training", "04_vit_xla",
+    FromClaim("xla_route", "training", "05_vit_xla",
               ("xla_lazy_vs_jax", "xla_compile_vs_jax", "torchax_vs_jax"),
               _torch_if_faster(), optional=True, skippable=True, absent=_XLA_SKIPPED),
     FromClaim("lm_fp32", "training", "04_gpt_training",
@@ -108,7 +108,7 @@ EVIDENCE = (
                      "page runs torch.compile in bf16 only on a GPU with native bf16, and its bf16 "
                      "comparison of jax.jit with PyTorch eager, without torch.compile, stays "
                      "in the chapter"),
-    ShardedMemory("fsdp_memory", "scaling", "05_distributed",
+    ShardedMemory("fsdp_memory", "scaling", "06_distributed",
                   sharded={"torch": "fsdp2", "jax": "FSDP, shard_map"},
                   single={"torch": "single", "jax": "one device"}),
 )

@@ -58,7 +58,7 @@ ADVICE = (
     Advice("training a ViT, each framework's best checked step, fp32 strict and bf16 mixed",
            ("vit_fp32", "vit_bf16"),
            _frameworks("JAX: its best jax.jit step (the evidence names it)",
-                       "PyTorch: its best step (the evidence names it)"), "04_vit_training",
+                       "PyTorch: its best step (the evidence names it)"), "05_vit_training",
            detail=True, parts={"vit_fp32": "fp32 strict", "vit_bf16": "bf16 mixed"}),
     Advice("training a language model (a nanoGPT-style GPT), each framework's best checked "
            "step, fp32 strict and bf16 mixed", ("lm_fp32", "lm_bf16"),
@@ -69,7 +69,7 @@ ADVICE = (
            "against JAX on the same model", ("xla_route",),
            _frameworks("JAX: jax.jit on a Flax model",
                        "the PyTorch model through XLA (see which route)"),
-           "04_vit_xla", detail=True),
+           "05_vit_xla", detail=True),
     Advice("parameters and optimizer state sharded across devices", ("fsdp_memory",),
            {"either framework": "PyTorch FSDP2 and JAX FSDP each held about 1/n of them "
                                 "on each of n devices (the evidence gives n and the "
@@ -77,7 +77,7 @@ ADVICE = (
                                 "gradients or activations)",
             "PyTorch": "PyTorch FSDP2: only it held about 1/n per device",
             "JAX": "JAX FSDP: only it held about 1/n per device",
-            "neither": "neither framework held about 1/n per device"}, "05_distributed",
+            "neither": "neither framework held about 1/n per device"}, "06_distributed",
            timed=False),
 )
 

@@ -189,7 +189,7 @@ def family_model_parity(family: Family, torch_model, nnx_model, batches,
 def against_reference(reference: dict, other: dict) -> list[dict]:
     """Logits, loss and gradients of another implementation of the same model against a
     reference run on the same weights and batch, with the same tolerances. Each run is
-    {"logits": array, "loss": float, "gradients": {name: array}}; chapter `04_vit_xla`
+    {"logits": array, "loss": float, "gradients": {name: array}}; chapter `05_vit_xla`
     checks PyTorch/XLA and torchax this way against torch 2.13 eager."""
     missing = set(reference["gradients"]) ^ set(other["gradients"])
     if missing:

@@ -156,7 +156,7 @@ SIZES = {
         "full": JitSizes(2**27, (1, 2, 4, 8, 16, 32), 1000, 200, 4096),
     },
     "03_torch_compile": _GPTS,
-    "04_vit_training": {
+    "05_vit_training": {
         "small": ViTSizes(32, 4, 64, 2, 4, 256, 10, (8, 32), 15),
         "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (16, 32), 15),
         "full": ViTSizes(224, 16, 768, 12, 12, 3072, 1000, (32, 64, 128, 256), 30),
@@ -165,9 +165,9 @@ SIZES = {
     "04_gpt_training": _GPTS,
     # PyTorch/XLA and torchax on chapter 4's small ViT: torch_xla 2.9 has no GPU build, so
     # the page runs on the CPU at every scale (deepdive.xla_route.SCALE).
-    "04_vit_xla": {scale: ViTSizes(32, 4, 64, 2, 4, 256, 10, (32,), 15)
+    "05_vit_xla": {scale: ViTSizes(32, 4, 64, 2, 4, 256, 10, (32,), 15)
                    for scale in ("small", "medium", "full")},
-    "05_distributed": {
+    "06_distributed": {
         "small": DistributedSizes(256, 64, (2, 4)),
         "medium": DistributedSizes(512, 256, (2, 4)),
         "full": DistributedSizes(1024, 512, (2, 4, 8)),
@@ -181,12 +181,12 @@ OTHER_S = {
     "01_vmap": {"small": 50.0, "medium": 90.0, "full": 120.0},
     "02_jit_xla": {"small": 30.0, "medium": 90.0, "full": 180.0},
     "03_torch_compile": {"small": 45.0, "medium": 150.0, "full": 300.0},
-    "04_vit_training": {"small": 60.0, "medium": 90.0, "full": 180.0},
+    "05_vit_training": {"small": 60.0, "medium": 90.0, "full": 180.0},
     # The tie band, the parity proofs (two GPTs, 20 steps each side), the peaks, figures.
     "04_gpt_training": {"small": 50.0, "medium": 90.0, "full": 180.0},
     # Two worker starts, the parity pass (four routes compile) and the tie band.
-    "04_vit_xla": {"small": 45.0, "medium": 45.0, "full": 45.0},
-    "05_distributed": {"small": 20.0, "medium": 60.0, "full": 90.0},
+    "05_vit_xla": {"small": 45.0, "medium": 45.0, "full": 45.0},
+    "06_distributed": {"small": 20.0, "medium": 60.0, "full": 90.0},
 }
 CHAPTERS = tuple(SIZES)
 
@@ -530,9 +530,9 @@ def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
 
 
 _BUILDERS = {"01_vmap": _vmap_works, "02_jit_xla": _jit_works,
-             "03_torch_compile": _compile_works, "04_vit_training": _vit_works,
-             "04_vit_xla": _xla_works, "04_gpt_training": _gpt_twin_works,
-             "05_distributed": _distributed_works}
+             "03_torch_compile": _compile_works, "05_vit_training": _vit_works,
+             "05_vit_xla": _xla_works, "04_gpt_training": _gpt_twin_works,
+             "06_distributed": _distributed_works}
 
 
 # The GPUs a reader has or rents, by short name, with the memory torch reports for them.

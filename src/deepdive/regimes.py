@@ -127,7 +127,7 @@ def _variants():
 
         variants[name] = jax_gpt
 
-    sizes = plans.sizes("04_vit_training", "small")
+    sizes = plans.sizes("05_vit_training", "small")
     config = ViTConfig(**sizes.config)
     torch.manual_seed(0)
     hf = ViTForImageClassification(config)

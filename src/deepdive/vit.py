@@ -308,7 +308,7 @@ def split_merge_step(hf_model, images_nhwc, labels, transform, attention: str = 
     """A training step of the twin of `hf_model` (its weights ported in): the split/merge
     form of chapter 4, one `jax.jit` of forward, cross-entropy, backward and `transform`'s
     update (an optax transform), with the state donated, and `attention` as the twin takes
-    it. Returns ``step() -> loss`` on the given batch. Chapter `04_vit_xla` runs it in its
+    it. Returns ``step() -> loss`` on the given batch. Chapter `05_vit_xla` runs it in its
     own process and in the PyTorch/XLA worker, where the same step in two processes
     measures what crossing processes costs; `deepdive.regimes` times it per allocator."""
     import functools

@@ -7,7 +7,7 @@ book's build makes it unless `DEEPDIVE_SKIP_XLA=1`) and in a worker process
 whether the route runs in this build and on which device (pure functions, tested), saves
 the model and batch for the worker, talks to it, and plugs its steps into
 `deepdive.timing.compare` so they are timed in the same interleaved rounds as the
-chapter's own. Chapter `04_vit_xla` explains it.
+chapter's own. Chapter `05_vit_xla` explains it.
 
 Imports only the standard library and numpy at module level: the worker imports the
 variant names from here.

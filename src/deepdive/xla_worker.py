@@ -2,7 +2,7 @@
 
 torch_xla's newest release (2.9) needs torch 2.9 and the book runs torch 2.13, so these
 routes run in a second environment (`requirements-xla.txt`, `make xla-env`) and in a
-process of their own. Chapter `04_vit_xla` starts this module with that environment's
+process of their own. Chapter `05_vit_xla` starts this module with that environment's
 interpreter (`deepdive.xla_route.Worker`). It saves the HF config, the weights and the
 batch; this process builds every variant from them (the same weights, never
 re-initialised), returns each variant's logits, loss and gradients for the parity check,
