@@ -74,3 +74,18 @@ def test_runs_with_different_parameters_are_refused():
         largest_difference({"a": np.zeros(2), "b": np.zeros(2)}, {"a": np.zeros(2)})
     with pytest.raises(ValueError, match="no parameters"):
         largest_difference({}, {})
+
+
+def test_matches_accepts_each_frameworks_output_and_rejects_a_wrong_one():
+    import jax.numpy as jnp
+    import torch
+
+    from deepdive import equality
+
+    check = equality.matches(np.arange(3.0))
+    check(torch.arange(3.0))
+    check(jnp.arange(3.0))
+    check([np.arange(3.0)][0])
+    with pytest.raises(AssertionError):
+        check(torch.arange(3.0) + 1e-3)
+    equality.matches([np.ones(2), np.zeros(2)])([jnp.ones(2), torch.zeros(2)])

@@ -161,3 +161,14 @@ def test_assert_parity_names_every_failing_quantity_and_where():
                                              r"\(max diff 0.5 at vit.layernorm.bias"):
         parity.assert_parity(rows)
     parity.assert_parity(rows[:1])
+
+
+def test_worst_tensor_error_names_the_worst_tensor_and_floors_near_zero_gradients():
+    from deepdive.parity import worst_tensor_error
+
+    expected = {("a", "w"): np.array([3.0, 4.0]), ("b",): np.array([1e-9, 0.0])}
+    values = {("a", "w"): np.array([3.0, 4.5]), ("b",): np.array([2e-9, 0.0])}
+    error, where = worst_tensor_error(values, expected, floor=1e-3)
+    assert where == "a.w" and error == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no tensors"):
+        worst_tensor_error({}, {}, floor=1e-3)

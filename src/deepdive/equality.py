@@ -1,6 +1,8 @@
-"""Did two training runs take the same steps? Their parameters, compared by name, chapter 5.
+"""Do two computations agree? One output against its reference (`matches`, the check every
+timed variant passes before it is timed), and two training runs' parameters, compared by
+name (the distributed chapter).
 
-Chapter 5 checks every data-parallel and sharded layout, in both frameworks, against one
+The distributed chapter checks every data-parallel and sharded layout, in both frameworks, against one
 device after several optimizer steps, not one: after one step of SGD with momentum the
 momentum buffer *is* the gradient, so a run that dropped the momentum would still match.
 """
@@ -10,6 +12,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+
+
+def as_numpy(out) -> np.ndarray | list[np.ndarray]:
+    """A torch tensor (on any device), a JAX or NumPy array, or a list of them, as NumPy."""
+    if isinstance(out, (list, tuple)):
+        return [as_numpy(o) for o in out]
+    detach = getattr(out, "detach", None)  # torch, without importing it
+    if detach is not None:
+        return detach().cpu().numpy()
+    return np.asarray(out)
+
+
+def matches(reference, *, rtol: float = 1e-5, atol: float = 1e-5):
+    """A check for `timing.compare(check=...)`: raise AssertionError unless an output is
+    within `rtol`/`atol` of `reference`, whichever framework computed it."""
+    expected = as_numpy(reference)
+
+    def check(out) -> None:
+        np.testing.assert_allclose(as_numpy(out), expected, rtol=rtol, atol=atol)
+
+    return check
 
 
 def largest_difference(candidate: Mapping[str, object], reference: Mapping[str, object]) -> float:

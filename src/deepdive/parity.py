@@ -274,21 +274,69 @@ def assert_parity(rows: list[dict]) -> None:
         raise AssertionError("PyTorch and JAX disagree: " + "; ".join(failed))
 
 
-@contextlib.contextmanager
-def strict_fp32():
-    """fp32 means fp32 on both sides: no TF32 in PyTorch, full-precision dots in JAX."""
+def worst_tensor_error(values: dict, expected: dict, *, floor: float) -> tuple[float, str]:
+    """The largest relative L2 error over same-named tensors, and that tensor's path.
+
+    A tensor's error is ||value - expected|| over ||expected||, or over `floor` times the
+    whole gradient's norm where that is larger: a near-zero gradient would otherwise turn
+    rounding into a huge relative error."""
+    if not expected:
+        raise ValueError("no tensors to compare")
+    total = float(np.sqrt(sum(float(np.sum(np.square(e, dtype=np.float64)))
+                              for e in expected.values())))
+    errors = {path: float(np.linalg.norm(np.asarray(values[path]) - e)
+                          / max(float(np.linalg.norm(e)), floor * total))
+              for path, e in expected.items()}
+    where = max(errors, key=errors.get)
+    return errors[where], ".".join(map(str, where)) if isinstance(where, tuple) else str(where)
+
+
+class strict_fp32:  # noqa: N801 - used as a function: strict_fp32() or `with strict_fp32():`
+    """fp32 means fp32 on both sides: no TF32 in PyTorch's matmuls or cuDNN's convolutions,
+    full-precision dots in JAX. The book's one switch for it.
+
+    Called, it sets this process strict for good (a page's set-up, a worker process) and
+    `.settings` reads the settings back for the record. Used as a context manager, it
+    restores what was set before on exit (a proof inside a page that may run otherwise)."""
+
+    def __init__(self):
+        import jax
+        import torch
+
+        self._before = (torch.get_float32_matmul_precision(),
+                        torch.backends.cuda.matmul.allow_tf32,
+                        torch.backends.cudnn.allow_tf32,
+                        jax.config.jax_default_matmul_precision)
+        torch.set_float32_matmul_precision("highest")  # also cuda.matmul.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False  # not touched by the matmul precision
+        jax.config.update("jax_default_matmul_precision", "highest")
+        self.settings = fp32_settings()
+
+    def __enter__(self) -> "strict_fp32":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import jax
+        import torch
+
+        matmul, cuda_tf32, cudnn_tf32, jax_precision = self._before
+        torch.set_float32_matmul_precision(matmul)
+        torch.backends.cuda.matmul.allow_tf32 = cuda_tf32
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
+        jax.config.update("jax_default_matmul_precision", jax_precision)
+
+
+def fp32_settings() -> dict[str, str | bool | None]:
+    """Both frameworks' fp32 precision settings as they are now: strict means "highest"
+    and no TF32 anywhere."""
     import jax
     import torch
 
-    matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.allow_tf32 = False  # the patch convolution would otherwise use TF32
-    try:
-        with jax.default_matmul_precision("highest"):
-            yield
-    finally:
-        torch.set_float32_matmul_precision(matmul)
-        torch.backends.cudnn.allow_tf32 = cudnn
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
 
 
 class _Comparison:
