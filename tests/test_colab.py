@@ -28,55 +28,55 @@ def test_every_dependency_has_a_pin_and_every_pin_meets_its_minimum():
 
 
 def test_colab_keeps_its_torch_and_replaces_only_the_jax_family_keeping_the_gpu_plugin():
-    decision = colab.decide(COLAB_GPU, MINIMUM, PINNED)
+    choice = colab.choose_packages(COLAB_GPU, MINIMUM, PINNED)
 
     # Flax 0.11 lacks nnx.List (chapter 4), and Flax 0.12.8 needs JAX 0.10: one family.
-    assert decision.install == ["flax==0.12.8", "jax[cuda12]==0.10.2", "jaxlib==0.10.2"]
-    assert decision.replaced == {"flax": "0.11.2", "jax": "0.7.2", "jaxlib": "0.7.2"}
-    assert decision.kept["torch"] == "2.11.0+cu128"  # a local CUDA label still compares
-    assert set(decision.kept) == set(MINIMUM) - {"flax", "jax", "jaxlib"}
+    assert choice.install == ["flax==0.12.8", "jax[cuda12]==0.10.2", "jaxlib==0.10.2"]
+    assert choice.replaced == {"flax": "0.11.2", "jax": "0.7.2", "jaxlib": "0.7.2"}
+    assert choice.kept["torch"] == "2.11.0+cu128"  # a local CUDA label still compares
+    assert set(choice.kept) == set(MINIMUM) - {"flax", "jax", "jaxlib"}
 
 
 def test_a_colab_with_a_new_enough_jax_installs_nothing():
     current = dict(COLAB_GPU, jax="0.10.2", jaxlib="0.10.2", flax="0.12.8")
 
-    decision = colab.decide(current, MINIMUM, PINNED)
+    choice = colab.choose_packages(current, MINIMUM, PINNED)
 
-    assert decision.install == [] and decision.replaced == {}
+    assert choice.install == [] and choice.replaced == {}
 
 
 def test_a_missing_package_gets_its_pin_and_nothing_else_moves():
     installed = {k: v for k, v in COLAB_GPU.items() if k != "optax"}
     installed.update(jax="0.10.2", jaxlib="0.10.2", flax="0.12.8")
 
-    decision = colab.decide(installed, MINIMUM, PINNED)
+    choice = colab.choose_packages(installed, MINIMUM, PINNED)
 
-    assert decision.install == ["optax==0.2.8"]
-    assert decision.replaced == {}
+    assert choice.install == ["optax==0.2.8"]
+    assert choice.replaced == {}
 
 
 def test_an_old_jax_moves_with_jaxlib_and_keeps_colabs_gpu_plugin_flavour():
     installed = dict(COLAB_GPU, jax="0.6.0", jaxlib="0.6.0", flax="0.12.8")
 
-    decision = colab.decide(installed, MINIMUM, PINNED)
+    choice = colab.choose_packages(installed, MINIMUM, PINNED)
 
-    assert decision.install == ["jax[cuda12]==0.10.2", "jaxlib==0.10.2"]
-    assert decision.replaced == {"jax": "0.6.0", "jaxlib": "0.6.0"}
-    assert "torch" in decision.kept and "flax" in decision.kept
+    assert choice.install == ["jax[cuda12]==0.10.2", "jaxlib==0.10.2"]
+    assert choice.replaced == {"jax": "0.6.0", "jaxlib": "0.6.0"}
+    assert "torch" in choice.kept and "flax" in choice.kept
 
 
 def test_without_a_gpu_plugin_a_new_jax_is_the_cpu_pin():
     installed = {k: v for k, v in COLAB_GPU.items() if not k.startswith("jax")}
 
-    assert "jax[cpu]==0.10.2" in colab.decide(installed, MINIMUM, PINNED).install
+    assert "jax[cpu]==0.10.2" in colab.choose_packages(installed, MINIMUM, PINNED).install
 
 
 def test_an_old_torch_brings_its_triton():
-    decision = colab.decide(dict(COLAB_GPU, torch="2.8.0+cu126"), MINIMUM, PINNED,
+    choice = colab.choose_packages(dict(COLAB_GPU, torch="2.8.0+cu126"), MINIMUM, PINNED,
                             torch_triton="3.4.0")
 
-    assert {"torch==2.13.0", "triton==3.7.1"} <= set(decision.install)
-    assert decision.replaced["triton"] == "3.6.0"
+    assert {"torch==2.13.0", "triton==3.7.1"} <= set(choice.install)
+    assert choice.replaced["triton"] == "3.6.0"
 
 
 def test_colabs_cpu_runtime_keeps_its_cpu_torch_and_only_adds_triton():
@@ -84,19 +84,19 @@ def test_colabs_cpu_runtime_keeps_its_cpu_torch_and_only_adds_triton():
     cpu = {k: v for k, v in COLAB_GPU.items() if not k.startswith(("jax-", "triton"))}
     cpu["torch"] = "2.11.0+cpu"
 
-    decision = colab.decide(cpu, MINIMUM, PINNED, torch_triton=None)
+    choice = colab.choose_packages(cpu, MINIMUM, PINNED, torch_triton=None)
 
-    assert "torch" in decision.kept and "triton==3.7.1" in decision.install
-    assert "jax[cpu]==0.10.2" in decision.install
-    assert not any(r.startswith("torch") for r in decision.install)
+    assert "torch" in choice.kept and "triton==3.7.1" in choice.install
+    assert "jax[cpu]==0.10.2" in choice.install
+    assert not any(r.startswith("torch") for r in choice.install)
 
 
 def test_a_missing_triton_beside_a_kept_cuda_torch_is_the_one_that_torch_declares():
     installed = {k: v for k, v in COLAB_GPU.items() if k != "triton"}
 
-    decision = colab.decide(installed, MINIMUM, PINNED, torch_triton="3.6.0")
+    choice = colab.choose_packages(installed, MINIMUM, PINNED, torch_triton="3.6.0")
 
-    assert "triton==3.6.0" in decision.install and "torch" in decision.kept
+    assert "triton==3.6.0" in choice.install and "torch" in choice.kept
 
 
 def test_the_torch_here_declares_its_triton_or_none():
@@ -106,19 +106,19 @@ def test_the_torch_here_declares_its_triton_or_none():
 
 def test_a_tpu_runtime_is_refused_naming_the_fix():
     with pytest.raises(colab.SetUpError, match="TPU runtime.*Change runtime type"):
-        colab.decide(dict(COLAB_GPU, libtpu="0.0.21"), MINIMUM, PINNED)
+        colab.choose_packages(dict(COLAB_GPU, libtpu="0.0.21"), MINIMUM, PINNED)
 
 
 def test_a_bare_interpreter_gets_every_pin():
-    decision = colab.decide({}, MINIMUM, PINNED)
+    choice = colab.choose_packages({}, MINIMUM, PINNED)
 
-    assert len(decision.install) == len(PINNED) and decision.kept == {}
+    assert len(choice.install) == len(PINNED) and choice.kept == {}
 
 
 def test_a_dependency_without_a_pin_is_refused_by_name():
     minimum = dict(MINIMUM, scipy=Requirement("scipy>=1.10"))
     with pytest.raises(ValueError, match=r"no pin for \['scipy'\]"):
-        colab.decide(COLAB_GPU, minimum, PINNED)
+        colab.choose_packages(COLAB_GPU, minimum, PINNED)
 
 
 def test_names_compare_as_pip_compares_them():

@@ -1,4 +1,5 @@
-"""deepdive.data: download and cache, a labelled synthetic fallback, nanoGPT-style batches."""
+"""deepdive.data: download and cache, a labelled synthetic fallback, nanoGPT-style
+batches."""
 
 import http.server
 import threading

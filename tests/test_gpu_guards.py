@@ -9,6 +9,7 @@ for, and are skipped on a machine without CUDA.
 import pytest
 import torch
 
+from deepdive import parity
 from deepdive import torch_distributed as td
 from deepdive.compilation import keep_loss, uses_cuda_graphs
 
@@ -20,7 +21,7 @@ def strict_fp32():
     """Strict fp32 for the test, the process's settings restored after it."""
     before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
               torch.backends.cudnn.allow_tf32)
-    yield td.strict_fp32()
+    yield parity.strict_fp32(jax=False).settings
     torch.set_float32_matmul_precision(before[0])
     torch.backends.cuda.matmul.allow_tf32 = before[1]
     torch.backends.cudnn.allow_tf32 = before[2]

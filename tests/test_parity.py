@@ -172,3 +172,57 @@ def test_worst_tensor_error_names_the_worst_tensor_and_floors_near_zero_gradient
     assert where == "a.w" and error == pytest.approx(0.1)
     with pytest.raises(ValueError, match="no tensors"):
         worst_tensor_error({}, {}, floor=1e-3)
+
+
+@pytest.fixture
+def loose_fp32():
+    """TF32 allowed everywhere and JAX at its default, the process's settings restored
+    after the test."""
+    before = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.allow_tf32, jax.config.jax_default_matmul_precision)
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
+    jax.config.update("jax_default_matmul_precision", None)
+    yield
+    torch.set_float32_matmul_precision(before[0])
+    torch.backends.cuda.matmul.allow_tf32 = before[1]
+    torch.backends.cudnn.allow_tf32 = before[2]
+    jax.config.update("jax_default_matmul_precision", before[3])
+
+
+STRICT_TORCH = {"float32_matmul_precision": "highest", "cuda.matmul.allow_tf32": False,
+                "cudnn.allow_tf32": False}
+
+
+def test_strict_fp32_called_sets_both_frameworks_for_good_and_reads_them_back(loose_fp32):
+    assert parity.fp32_settings()["cudnn.allow_tf32"] is True
+    assert parity.strict_fp32().settings == {**STRICT_TORCH,
+                                             "jax_default_matmul_precision": "highest"}
+    assert parity.fp32_settings() == {**STRICT_TORCH, "jax_default_matmul_precision": "highest"}
+
+
+def test_strict_fp32_as_a_context_restores_what_was_set(loose_fp32):
+    with parity.strict_fp32() as strict:
+        assert strict.settings["float32_matmul_precision"] == "highest"
+        assert jax.config.jax_default_matmul_precision == "highest"
+    assert torch.get_float32_matmul_precision() == "high"
+    assert torch.backends.cudnn.allow_tf32 is True
+    assert jax.config.jax_default_matmul_precision is None
+
+
+def test_strict_fp32_for_pytorch_alone_leaves_jax_as_it_was(loose_fp32):
+    """A torch-only worker (a distributed rank) passes jax=False: JAX is neither set nor
+    read, and the record names PyTorch's settings only."""
+    assert parity.strict_fp32(jax=False).settings == STRICT_TORCH
+    assert jax.config.jax_default_matmul_precision is None
+    with pytest.raises(TypeError, match="jax must be"):
+        parity.strict_fp32(jax="yes")
+
+
+def test_strict_fp32_where_jax_is_not_installed_sets_pytorch_alone(loose_fp32, monkeypatch):
+    import importlib.util
+    import sys
+
+    monkeypatch.delitem(sys.modules, "jax")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    assert parity.strict_fp32().settings == STRICT_TORCH

@@ -8,7 +8,7 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 from deepdive import env
-from deepdive.plots import bar_timings, caption, plot_timings, provenance, use_house_style
+from deepdive.plots import bar_timings, build_note, caption, plot_timings, use_house_style
 from deepdive.timing import Timing
 
 
@@ -81,10 +81,10 @@ def test_bar_timings_needs_one_label_per_timing(ax):
         bar_timings(ax, ["a"], [timing([1.0]), timing([2.0])])
 
 
-def test_provenance_names_the_device_precision_and_scale(monkeypatch):
+def test_build_note_names_the_device_precision_and_scale(monkeypatch):
     monkeypatch.setenv("DEEPDIVE_SCALE", "small")
 
-    text = provenance("fp32 strict", extra="n=15 blocks")
+    text = build_note("fp32 strict", extra="n=15 blocks")
 
     assert env.device_label() in text
     for part in ("fp32 strict", "scale=small", "torch ", "jax ", "n=15 blocks"):

@@ -1,4 +1,5 @@
-"""deepdive.stability: the probes behind the CPU set-up, and the A/A check's building blocks."""
+"""deepdive.stability: the probes behind the CPU set-up, and the A/A check's building
+blocks."""
 
 import pandas as pd
 import pytest

@@ -233,23 +233,6 @@ def test_every_record_says_where_and_in_what_precision_its_rank_ran(runs, strate
                                        "cudnn.allow_tf32": False}
 
 
-def test_strict_fp32_turns_tf32_off_everywhere_and_reads_it_back():
-    import torch
-
-    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
-    try:
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cudnn.allow_tf32 = True
-        assert td.fp32_settings()["cudnn.allow_tf32"] is True
-
-        assert td.strict_fp32() == {"float32_matmul_precision": "highest",
-                                    "cuda.matmul.allow_tf32": False,
-                                    "cudnn.allow_tf32": False}
-    finally:
-        torch.set_float32_matmul_precision(before[0])
-        torch.backends.cudnn.allow_tf32 = before[1]
-
-
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])
 def test_parameter_storage_is_at_least_the_logical_bytes(runs, strategy):
     for record in runs[strategy]:

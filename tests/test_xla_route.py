@@ -20,12 +20,12 @@ PYTHON = Path("/nonexistent/python")
 
 
 def test_the_route_runs_when_the_side_interpreter_exists():
-    assert xla_route.decide(None, PYTHON, True, ci=False) == xla_route.Status(True)
-    assert xla_route.decide("0", PYTHON, True, ci=True).run
+    assert xla_route.status_for(None, PYTHON, True, ci=False) == xla_route.Status(True)
+    assert xla_route.status_for("0", PYTHON, True, ci=True).run
 
 
 def test_skipping_says_why_and_the_one_command_that_enables_it():
-    status = xla_route.decide("1", PYTHON, True, ci=False)
+    status = xla_route.status_for("1", PYTHON, True, ci=False)
     assert not status.run
     assert "not run in this build" in status.reason
     assert "DEEPDIVE_SKIP_XLA=1" in status.reason and "run make xla-env" in status.reason
@@ -33,19 +33,19 @@ def test_skipping_says_why_and_the_one_command_that_enables_it():
 
 
 def test_a_missing_interpreter_names_the_path_and_the_fix():
-    status = xla_route.decide(None, PYTHON, False, ci=False)
+    status = xla_route.status_for(None, PYTHON, False, ci=False)
     assert not status.run and str(PYTHON) in status.reason and "make xla-env" in status.reason
 
 
 @pytest.mark.parametrize(("skip", "exists"), [("1", True), (None, False)])
 def test_under_ci_a_route_that_cannot_run_fails(skip, exists):
     with pytest.raises(RuntimeError, match="CI=true"):
-        xla_route.decide(skip, PYTHON, exists, ci=True)
+        xla_route.status_for(skip, PYTHON, exists, ci=True)
 
 
 def test_an_unknown_skip_value_is_refused_with_the_accepted_ones():
     with pytest.raises(ValueError, match="accepted: 1"):
-        xla_route.decide("yes", PYTHON, True, ci=False)
+        xla_route.status_for("yes", PYTHON, True, ci=False)
 
 
 def test_status_reads_the_environment(tmp_path):
@@ -162,10 +162,7 @@ class FakeRemote:
     def runner(self, label, session):
         remote = self
 
-        class Runner:
-            def __init__(self):
-                self.label, self.samples, self.output = label, [], None
-
+        class Runner(timing.Runner):  # the public protocol a runner timed elsewhere follows
             def prepare(self, *_):
                 remote.log.append(("prepare", label))
 
@@ -173,10 +170,7 @@ class FakeRemote:
                 remote.log.append(("block", label))
                 self.samples.append(remote.seconds)
 
-            def result(self):
-                return timing.Timing(label, np.asarray(self.samples), 1, 0.5, 0, session)
-
-        return Runner()
+        return Runner(label, session)
 
 
 def test_compare_interleaves_a_remote_variant_and_takes_its_own_samples():

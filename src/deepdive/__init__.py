@@ -1,15 +1,33 @@
-"""Measurement helpers for *PyTorch vs JAX, Deep Dives*.
+"""Measurement helpers for *PyTorch vs JAX, Deep Dives*, in four layers; a module imports
+only from its own layer and the layers before it (`tests/test_package.py` checks this, and
+that no import circle exists).
 
-Each module has one job: `env` (provenance, scale, threads), `sync` (wait for device work),
-`timing` (synced, blocked, interleaved timing with intervals), `verdict` (the one rule:
-faster, slower, tie or inconclusive), `claims` (every verdict in claims.csv, glued back into
-the prose), `stability` (how steady timings are per thread count), `memory` (the right
-memory tool per question), `flops` (analytic and counted FLOPs, peaks, MFU, measured
-bandwidth), `compilation` (compile stages timed, kernels named in HLO), `plan` (a
-chapter's estimated time and memory, refused when it cannot fit), `plans` (every chapter's
-sizes at every scale), `plots` (house style) and `results` (tidy records for the pages).
-torch and jax are imported lazily, so a chapter that uses one framework never pays for the
-other.
+1. The measurement core, which knows no model and no page: `env` (where a number came
+   from: machine, versions, precision, scale, threads; where the build keeps its results),
+   `sync` (wait for device work), `allocator` (glibc's allocator regime), `memory` (the right
+   memory tool per question), `timing` (synced, blocked, interleaved timing with
+   intervals), `verdict` (the one rule: faster, slower, tie or withheld), `equality`
+   (does an output match its reference), `flops` (analytic FLOPs per model, counted
+   FLOPs, peaks, MFU, measured bandwidth) and `compilation` (compile stages, kernels in
+   HLO).
+2. The models and what runs them: `gpt` (nanoGPT in PyTorch), `gpt_jax` and `vit` (their
+   Flax NNX twins, HF's ViT), `parity` (proof that twins train alike, and `strict_fp32`,
+   the book's one switch for strict fp32), `data` (the corpus), `torch_distributed` (the
+   distributed chapter's ranks) and `xla_route` with `xla_worker` (the PyTorch/XLA route,
+   run in its own environment and process).
+3. The book's plumbing: `results` (tidy records per chapter), `provenance` (which build
+   measured them), `calibration` (the tie band and CPU peak, measured once per build),
+   `claims` (every verdict in claims.csv, glued back into the prose), `plots` (house
+   style), `plan` (a chapter's estimated time and memory, refused when it cannot fit),
+   `plans` (every chapter's sizes at every scale) and `colab` (the Colab set-up cell).
+4. The pages' own code: `chapters` (each chapter's helpers and readings), `stability` and
+   `regimes` (the methodology page's experiments), and `evidence`, `guide` and
+   `bottom_line` (the choosing chapter's readings).
+
+Importing the core or the plumbing imports neither torch nor jax (they are imported inside
+the functions that need them), so a page or worker that uses one framework never pays for
+the other. The models import their frameworks when imported: `gpt` torch, `vit` jax and
+flax, and `gpt_jax` (built on both) all three.
 """
 
 __version__ = "0.1.0"

@@ -29,6 +29,10 @@ import platform
 import re
 from pathlib import Path
 
+__all__ = ["DEFAULTS", "DEFAULTS_ENV", "KEEP", "KEEP_ENV", "KEPT", "child_env", "describe",
+           "is_glibc", "keep_freed_memory", "preloaded", "restore_trim_threshold",
+           "serves_from_heap"]
+
 # glibc's mallopt parameter numbers (malloc.h).
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 KEEP = {"mmap threshold": 2**31 - 1, "trim threshold": 2**31 - 1, "top pad": 64 * 2**20}

@@ -27,8 +27,11 @@ import sys
 from dataclasses import asdict, dataclass
 
 from deepdive import allocator, env, flops
-from deepdive.results import results_dir
+from deepdive.env import results_dir
 from deepdive.verdict import TieBand, measure_tie_band
+
+__all__ = ["FILE_NAME", "PEAK_DTYPES", "Calibration", "Key", "current", "describe", "device_kinds",
+           "load", "main", "measure", "path", "peak", "save", "this_key", "tie_band"]
 
 FILE_NAME = "calibration.json"
 PEAK_DTYPES = ("fp32", "bf16")
@@ -194,12 +197,12 @@ def main() -> None:
     env.pin_cpu_threads()
     allocator.keep_freed_memory()
     env.let_jax_share_the_gpu()
-    import jax
     import torch
 
+    from deepdive import parity
+
     torch.set_num_threads(env.compute_threads())
-    torch.set_float32_matmul_precision("highest")
-    jax.config.update("jax_default_matmul_precision", "highest")
+    parity.strict_fp32()  # the book's one switch, as every page's set-up
     saved = load()
     kept = saved is not None and saved.key == this_key()
     calibration = current()

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from deepdive import env, provenance
+from deepdive.env import results_dir
 from deepdive.results import glue as glue_value
-from deepdive.results import results_dir
 from deepdive.timing import Timing
 from deepdive.verdict import (
     BY_CONTROL,
@@ -31,6 +31,9 @@ from deepdive.verdict import (
     straddles,
     widen,
 )
+
+__all__ = ["COLUMNS", "FILE_NAME", "PHRASES", "Claim", "Claims", "cite", "claims_path", "describe",
+           "glue_claims", "glue_noise", "load_claims", "reread_reason", "reread_verdict"]
 
 FILE_NAME = "claims.csv"
 COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict", "reason",

@@ -25,6 +25,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+__all__ = ["JAX_PLUGIN", "MOVES_WITH", "RUNTIME_FILE", "PackageChoice", "SetUpError", "canonical",
+           "check_clone", "choose_packages", "imported_among", "install", "installed_versions",
+           "jax_gpu_flavour", "minimums", "pick_scale", "pins", "restart_runtime", "set_up",
+           "torch_declared_triton"]
+
 try:
     from packaging.requirements import Requirement
     from packaging.version import Version
@@ -93,7 +98,7 @@ def jax_gpu_flavour(installed: Mapping[str, str]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Decision:
+class PackageChoice:
     """What the first cell keeps and installs, and why."""
 
     kept: dict[str, str] = field(default_factory=dict)  # name -> installed version
@@ -115,8 +120,8 @@ class SetUpError(RuntimeError):
     """The book could not be set up; the message says what to do."""
 
 
-def decide(installed: Mapping[str, str], minimum: Mapping[str, Requirement],
-           pinned: Mapping[str, Requirement], torch_triton: str | None = None) -> Decision:
+def choose_packages(installed: Mapping[str, str], minimum: Mapping[str, Requirement],
+           pinned: Mapping[str, Requirement], torch_triton: str | None = None) -> PackageChoice:
     """Keep what meets its minimum; install the pin of the rest, and what it moves with.
 
     Every name in `minimum` must have a pin: the two files describe the same packages.
@@ -144,7 +149,7 @@ def decide(installed: Mapping[str, str], minimum: Mapping[str, Requirement],
             install.append(f"triton=={torch_triton}")  # the one the kept torch was built with
         else:
             install.append(str(requirement))
-    return Decision(kept={n: installed[n] for n in minimum if n not in lacking},
+    return PackageChoice(kept={n: installed[n] for n in minimum if n not in lacking},
                     install=install,
                     replaced={n: installed[n] for n in sorted(lacking) if n in installed})
 
@@ -219,11 +224,11 @@ def set_up(book: str | Path, repo: str) -> str:
     check_clone(book, repo)
     minimum = minimums(book)
     before = installed_versions()
-    decision = decide(before, minimum, pins(book), torch_declared_triton())
-    print(decision.summary(minimum))
+    choice = choose_packages(before, minimum, pins(book), torch_declared_triton())
+    print(choice.summary(minimum))
     changed = []
-    if decision.install:
-        install(decision.install, repo, book)
+    if choice.install:
+        install(choice.install, repo, book)
         after = installed_versions()  # pip may move more than it was asked to (plugins)
         changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
     # Worker processes (chapter 5) import the helpers from the clone, like this kernel.

@@ -13,6 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+__all__ = ["COLLECTIVES", "KERNEL_KINDS", "CompileStages", "Kernel", "break_even_calls",
+           "collectives", "describe_kernels", "entry_kernels", "fusions", "jax_compile_stages",
+           "keep_loss", "uses_cuda_graphs"]
+
 _FUSION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\sfusion\(.*?kind=(\w+)", re.MULTILINE)
 
 

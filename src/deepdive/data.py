@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+__all__ = ["SHAKESPEARE_CHARS", "SHAKESPEARE_URL", "CharCorpus", "batches", "shakespeare_chars"]
+
 # The file nanoGPT's shakespeare_char preparation downloads.
 SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"

@@ -15,12 +15,38 @@ import subprocess
 import sys
 from pathlib import Path
 
+__all__ = ["CPU_BUILD_THREADS", "FRAMEWORK_DISTRIBUTIONS", "FULL_MIN_GPU_BYTES", "ISA_PROBE_FOLDER",
+           "SCALES", "IsaProbe", "available_cores", "bf16_native", "book_root", "choose_scale",
+           "compute_threads", "cpu_flags", "cpu_label", "cpu_model", "describe", "device_label",
+           "device_mismatch", "devices", "fresh_inductor_cache", "git_commit", "gpu_memory",
+           "gpu_name", "inductor_isa_probe", "is_cpu_label", "jax_sees_gpu",
+           "let_jax_share_the_gpu", "pin_cpu_threads", "precision", "progress",
+           "require_same_device", "results_dir", "scale", "threads", "torch_sees_gpu", "versions"]
+
 SCALES = ("small", "medium", "full")
 # `full` runs the seeds' sizes: a data-centre GPU's memory (A100 40GB reports 39.6 GiB).
 FULL_MIN_GPU_BYTES = 39 * 2**30
 FRAMEWORK_DISTRIBUTIONS = (
     "torch", "jax", "jaxlib", "flax", "optax", "transformers", "numpy", "jupyter-book",
 )
+
+
+def book_root() -> Path:
+    """The book's root folder (the one holding `_toc.yml`), searched from the working
+    directory up; the working directory itself when none is found."""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").exists():
+            return folder
+    return here
+
+
+def results_dir() -> Path:
+    """Where this build keeps what it measured: `DEEPDIVE_RESULTS_DIR`, else
+    `_build/results` at the book's root (`deepdive.results` saves each chapter's records
+    there; the calibration, provenance and compile caches live beside them)."""
+    override = os.environ.get("DEEPDIVE_RESULTS_DIR")
+    return Path(override) if override else book_root() / "_build" / "results"
 
 
 def scale() -> str:
@@ -359,8 +385,6 @@ def fresh_inductor_cache(chapter: str) -> Path:
     `torch.compile`.
     """
     import tempfile
-
-    from deepdive.results import results_dir
 
     parent = results_dir().parent / "inductor-cache"
     parent.mkdir(parents=True, exist_ok=True)

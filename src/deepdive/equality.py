@@ -2,9 +2,10 @@
 timed variant passes before it is timed), and two training runs' parameters, compared by
 name (the distributed chapter).
 
-The distributed chapter checks every data-parallel and sharded layout, in both frameworks, against one
-device after several optimizer steps, not one: after one step of SGD with momentum the
-momentum buffer *is* the gradient, so a run that dropped the momentum would still match.
+The distributed chapter checks every data-parallel and sharded layout, in both frameworks,
+against one device after several optimizer steps, not one: after one step of SGD with
+momentum the momentum buffer *is* the gradient, so a run that dropped the momentum would
+still match.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+
+__all__ = ["as_numpy", "assert_same_parameters", "largest_difference", "matches"]
 
 
 def as_numpy(out) -> np.ndarray | list[np.ndarray]:

@@ -14,6 +14,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+__all__ = ["DTYPES", "PEAK_SHAPES", "NoDatasheetPeak", "Peak", "bf16_is_native", "build_peak",
+           "datasheet_key", "device_peak", "gpt_flops_per_token", "jax_matmul_rate", "matmul_flops",
+           "measured_copy_bandwidth", "measured_cuda_peak", "measured_matmul_peak", "mfu",
+           "peak_flops", "torch_counted_flops", "vit_flops_per_image", "xla_counted_flops"]
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
 # Dense TFLOP/s by device and dtype; None where the part has no tensor-core path for the
@@ -89,7 +94,7 @@ def peak_flops(device_name: str, dtype: str) -> tuple[float, str]:
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not known; accepted: {', '.join(DTYPES)}")
-    key = _table_key(device_name)
+    key = datasheet_key(device_name)
     if key is None:
         raise NoDatasheetPeak(
             f"no datasheet peak for device {device_name!r}; known devices: "
@@ -113,17 +118,21 @@ def device_peak(device_name: str, dtype: str, measure: Callable[[str], Peak] | N
     try:
         value, source = peak_flops(device_name, dtype)
     except NoDatasheetPeak as missing:
-        measured = (measure or _measure_on_cuda)(dtype)
+        measured = (measure or measured_cuda_peak)(dtype)
         return Peak(measured.flops_per_s, dtype, f"{measured.source}; {missing}")
     return Peak(value, dtype, f"datasheet: {source}")
 
 
-def _measure_on_cuda(dtype: str) -> Peak:
+def measured_cuda_peak(dtype: str) -> Peak:
+    """This GPU's best torch matmul rate for `dtype` (fp32 standing in for tf32), as a
+    Peak: what `device_peak` divides by where the datasheet table has no figure."""
     measured = measured_matmul_peak("fp32" if dtype == "tf32" else dtype, device="cuda")
     return Peak(measured.flops_per_s, dtype, measured.source)
 
 
-def _table_key(device_name: str) -> str | None:
+def datasheet_key(device_name: str) -> str | None:
+    """The datasheet table's row for a device name (`torch.cuda.get_device_name()`), e.g.
+    "H100 SXM", or None where the table has none."""
     name = device_name.upper()
     for family in ("H100", "H200"):  # NVL parts have their own, lower peaks
         if family in name:

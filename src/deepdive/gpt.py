@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+__all__ = ["GPT", "INIT_STD", "MLP", "Block", "CausalSelfAttention", "GPTConfig", "adamw"]
+
 INIT_STD = 0.02  # GPT-2's initialisation
 
 

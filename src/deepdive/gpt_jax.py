@@ -43,6 +43,11 @@ from flax import nnx
 from deepdive.gpt import INIT_STD, GPTConfig
 from deepdive.vit import dense
 
+__all__ = ["ATTENTION", "GPT", "GRAD_CLIP", "LAYER_NORM_EPS", "MLP", "TRAINING", "Block",
+           "CausalSelfAttention", "ClippedAdamW", "bf16_dot_algorithm", "causal_attention",
+           "cross_entropy", "family", "first_moment", "nanogpt_adamw", "nnx_path", "optimizer_pair",
+           "port_torch_weights", "torch_arrays_as_nnx"]
+
 ATTENTION = ("eager", "dot_product_attention")
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 GRAD_CLIP = 1.0  # nanoGPT's grad_clip, applied by both frameworks' training steps

@@ -30,6 +30,10 @@ import numpy as np
 from deepdive import allocator
 from deepdive.sync import block
 
+__all__ = ["MemoryReading", "host_call_peak", "host_peak_rss", "is_out_of_memory",
+           "jax_device_peak", "nvml_used", "psutil_rss_deltas", "step_peak", "torch_cuda_peak",
+           "xla_memory_plan"]
+
 
 @dataclass(frozen=True)
 class MemoryReading:

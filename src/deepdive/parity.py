@@ -28,14 +28,21 @@ optimizers' other options (nesterov, amsgrad, schedules), which part 2 does not 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+__all__ = ["ADAMW", "OPTIMIZER_STEPS", "SGD", "TOLERANCES", "TRAINING_STEPS", "TRAJECTORY_ADAMW",
+           "TRAJECTORY_SGD", "Family", "OptimizerPair", "adamw_pair", "against_reference",
+           "assert_parity", "family_model_parity", "family_training_losses", "fp32_settings",
+           "model_parity", "optax_adamw", "optax_sgd", "optimizer_parity", "prove", "prove_parity",
+           "sgd_pair", "strict_fp32", "torch_adamw", "torch_sgd", "training_losses",
+           "training_parity", "trajectory_optimizers", "vit_family", "worst_tensor_error"]
 
 # Chapter 4's training hyper-parameters: the benchmark runs these, and part 3 trains with them.
 SGD = dict(lr=1e-3)  # the seed's optimizer (torch.optim.SGD's default learning rate)
@@ -296,47 +303,77 @@ class strict_fp32:  # noqa: N801 - used as a function: strict_fp32() or `with st
     full-precision dots in JAX. The book's one switch for it.
 
     Called, it sets this process strict for good (a page's set-up, a worker process) and
-    `.settings` reads the settings back for the record. Used as a context manager, it
-    restores what was set before on exit (a proof inside a page that may run otherwise)."""
+    `.settings` reads the settings back for the record (`fp32_settings`). Used as a context
+    manager, it restores what was set before on exit (a proof inside a page that may run
+    otherwise).
 
-    def __init__(self):
-        import jax
+    `jax` says whether JAX's precision is set too: None (the default) where JAX is
+    installed, False for PyTorch alone (a worker that never runs JAX, such as a
+    distributed rank: importing JAX there only costs time), True to require it. Where JAX
+    is left alone, `.settings` names PyTorch's settings only."""
+
+    def __init__(self, jax: bool | None = None):
         import torch
 
+        self.with_jax = _jax_wanted(jax)
         self._before = (torch.get_float32_matmul_precision(),
                         torch.backends.cuda.matmul.allow_tf32,
                         torch.backends.cudnn.allow_tf32,
-                        jax.config.jax_default_matmul_precision)
+                        _jax_precision() if self.with_jax else None)
         torch.set_float32_matmul_precision("highest")  # also cuda.matmul.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False  # not touched by the matmul precision
-        jax.config.update("jax_default_matmul_precision", "highest")
-        self.settings = fp32_settings()
+        if self.with_jax:
+            _set_jax_precision("highest")
+        self.settings = fp32_settings(jax=self.with_jax)
 
-    def __enter__(self) -> "strict_fp32":
+    def __enter__(self) -> strict_fp32:
         return self
 
     def __exit__(self, *exc) -> None:
-        import jax
         import torch
 
         matmul, cuda_tf32, cudnn_tf32, jax_precision = self._before
         torch.set_float32_matmul_precision(matmul)
         torch.backends.cuda.matmul.allow_tf32 = cuda_tf32
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
-        jax.config.update("jax_default_matmul_precision", jax_precision)
+        if self.with_jax:
+            _set_jax_precision(jax_precision)
 
 
-def fp32_settings() -> dict[str, str | bool | None]:
-    """Both frameworks' fp32 precision settings as they are now: strict means "highest"
-    and no TF32 anywhere."""
-    import jax
+def fp32_settings(jax: bool | None = None) -> dict[str, str | bool | None]:
+    """The fp32 precision settings as they are now: strict means "highest" and no TF32
+    anywhere. PyTorch's, and JAX's where `jax` asks for it (as in `strict_fp32`)."""
     import torch
 
-    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "jax_default_matmul_precision": jax.config.jax_default_matmul_precision}
+    settings = {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+                "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+                "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32)}
+    if _jax_wanted(jax):
+        settings["jax_default_matmul_precision"] = _jax_precision()
+    return settings
+
+
+def _jax_wanted(jax: bool | None) -> bool:
+    if jax not in (None, True, False):
+        raise TypeError(f"jax must be None (where installed), True or False, got {jax!r}")
+    if jax is None:
+        import importlib.util
+
+        return "jax" in sys.modules or importlib.util.find_spec("jax") is not None
+    return jax
+
+
+def _jax_precision():
+    import jax
+
+    return jax.config.jax_default_matmul_precision
+
+
+def _set_jax_precision(value) -> None:
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", value)
 
 
 class _Comparison:

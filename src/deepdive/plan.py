@@ -21,6 +21,11 @@ from deepdive import flops
 from deepdive.env import SCALES
 from deepdive.timing import BLOCKS, MIN_BLOCK_S
 
+__all__ = ["BUDGET_S", "CELL_HEADROOM", "CELL_TIMEOUT_S", "COMPILE_S", "CPU_BANDWIDTH_PER_THREAD",
+           "CPU_FLOPS_PER_THREAD", "DISPATCH_S", "EFFICIENCY", "MEMORY_HEADROOM", "PROCESS_START_S",
+           "Call", "Plan", "PlanDoesNotFit", "Target", "Work", "alike", "compile_seconds",
+           "cpu_target", "gpu_target", "host_target", "this_target"]
+
 # Assumptions, stated on every printed plan. The share of peak FLOP/s and bandwidth a step
 # or a large kernel reaches: on a GPU 0.2, near the low end of the MFU the PyTorch 2.0
 # slides state for GPT-2 on an A100 (16.25% and 27.2%; chapter 6's sources); on a CPU 0.6,
@@ -93,7 +98,7 @@ def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=No
     bf16) runs that dtype at its fp32 rate. Never raises for a name it does not know unless
     nothing was passed to measure with. `bf16_native` (compute capability 8.0 on, which
     also brings TF32) defaults to whether the datasheet lists bf16 tensor cores."""
-    key = flops._table_key(name)
+    key = flops.datasheet_key(name)
     peaks, datasheet, sources = {}, set(), []
     for dtype in flops.DTYPES:
         try:
@@ -335,7 +340,7 @@ def this_target(kind: str) -> Target:
     import torch
 
     props = torch.cuda.get_device_properties(0)
-    return gpu_target(props.name, props.total_memory, measure_peak=flops._measure_on_cuda,
+    return gpu_target(props.name, props.total_memory, measure_peak=flops.measured_cuda_peak,
                       measure_bandwidth=lambda: flops.measured_copy_bandwidth(
                           2**28, device="cuda")[0],
                       bf16_native=(props.major, props.minor) >= (8, 0))

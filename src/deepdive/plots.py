@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from deepdive import env
 from deepdive.timing import Timing
 
+__all__ = ["bar_timings", "build_note", "caption", "log_axes", "medians_and_whiskers",
+           "plot_timings", "use_house_style"]
+
 _UNITS = {"s": 1.0, "ms": 1e-3, "µs": 1e-6}
 _STYLE = {
     "figure.dpi": 110,
@@ -35,7 +38,7 @@ def use_house_style() -> None:
     mpl.rcParams.update(_STYLE)
 
 
-def provenance(precision: str, extra: str = "") -> str:
+def build_note(precision: str, extra: str = "") -> str:
     """Caption text: device, precision, scale and framework versions of this build."""
     versions = env.versions()
     parts = [
@@ -45,6 +48,9 @@ def provenance(precision: str, extra: str = "") -> str:
     if extra:
         parts.append(extra)
     return " · ".join(parts)
+
+
+provenance = build_note  # transitional: removed by restructure.py
 
 
 def caption(fig, text: str) -> None:

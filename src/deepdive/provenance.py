@@ -16,7 +16,10 @@ import subprocess
 from pathlib import Path
 
 from deepdive import env
-from deepdive.results import results_dir
+from deepdive.env import results_dir
+
+__all__ = ["COLUMNS", "FILE_NAME", "OUTSIDE_BUILD", "UNCOMMITTED", "build_id", "commit", "load",
+           "path", "stamp"]
 
 FILE_NAME = "provenance.csv"
 COLUMNS = ("chapter", "build_id", "commit", "executed_at", "device", "scale", "torch", "jax",

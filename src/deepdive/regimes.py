@@ -18,6 +18,8 @@ import sys
 
 from deepdive import allocator
 
+__all__ = ["PAIRS", "REGIMES", "explained", "probe", "probes", "readings", "record", "saved_probes"]
+
 REGIMES = (allocator.DEFAULTS, allocator.KEPT)
 # The pairs the pages read: (workload, PyTorch's variant, JAX's variant).
 PAIRS = (("GPT", "GPT torch eager", "GPT jax.jit"),
@@ -156,19 +158,17 @@ def _faults(fn, calls: int = 5) -> float:
 
 
 def _run(regime: str) -> dict:
-    from deepdive import env
+    from deepdive import env, parity
 
     env.pin_cpu_threads()
     if regime == allocator.KEPT:
         allocator.keep_freed_memory()
-    import jax
     import torch
 
     from deepdive.timing import BLOCKS, compare, speedup
 
     torch.set_num_threads(env.compute_threads())
-    torch.set_float32_matmul_precision("highest")
-    jax.config.update("jax_default_matmul_precision", "highest")
+    parity.strict_fp32()  # the book's one switch, as every page's set-up
     variants = _variants()
     timings = compare(variants, max_blocks=BLOCKS)  # an explanation, not a claim: no extension
     found = {name: {"median_s": t.median, "iqr_fraction": t.iqr / t.median,

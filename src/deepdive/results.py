@@ -6,12 +6,16 @@ unit, device. Chapter 1 introduces `Results`; chapter 6 reads every chapter's fi
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from deepdive import env
+from deepdive import env, provenance
+from deepdive.env import results_dir
 from deepdive.timing import Timing
+
+__all__ = ["COLUMNS", "GLUE_PREFIX", "Record", "Results", "glue", "load"]
+
+book_root = env.book_root  # transitional: removed by restructure.py
 
 COLUMNS = ("chapter", "experiment", "framework", "variant", "size", "metric", "value",
            "unit", "device", "scale")
@@ -29,22 +33,6 @@ class Record:
     unit: str
     device: str
     scale: str
-
-
-def book_root() -> Path:
-    """The book's root folder (the one holding `_toc.yml`), searched from the working
-    directory up; the working directory itself when none is found."""
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "_toc.yml").exists():
-            return folder
-    return here
-
-
-def results_dir() -> Path:
-    """`DEEPDIVE_RESULTS_DIR`, else `_build/results` at the book's root."""
-    override = os.environ.get("DEEPDIVE_RESULTS_DIR")
-    return Path(override) if override else book_root() / "_build" / "results"
 
 
 class Results:
@@ -87,8 +75,6 @@ class Results:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.chapter}.csv"
         self.frame().to_csv(path, index=False)
-        from deepdive import provenance  # imported here: it builds on this module
-
         provenance.stamp(self.chapter, self._device, self.versions)
         return path
 

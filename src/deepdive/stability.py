@@ -21,6 +21,10 @@ import sys
 import time
 from collections.abc import Callable
 
+__all__ = ["BOTH_CORES", "BUILD", "LONG_BLOCKS", "ONE_XLA_THREAD", "OWN_CORE", "PER_CALL", "SETUPS",
+           "WORKLOADS", "aa_probe", "aa_reading", "aa_under_load", "aa_workloads", "findings",
+           "loaded_machine", "probe", "probes", "setup_label"]
+
 WORKLOADS = ("torch 256x256 matmul", "torch vmap attention", "jax.jit 256x256 matmul",
              "jax.jit vmap attention")
 PER_CALL = ("torch tiny op", "torch vmap dot products", "jax.jit tiny op",
@@ -133,16 +137,14 @@ def aa_probe(copies: int = 3, timeout_s: float = 600):
 
 
 def _aa(copies: int) -> list[dict]:
-    from deepdive import allocator, calibration, env
+    from deepdive import allocator, calibration, env, parity
 
     env.pin_cpu_threads()
     allocator.keep_freed_memory()
-    import jax
     import torch
 
     torch.set_num_threads(env.compute_threads())
-    torch.set_float32_matmul_precision("highest")
-    jax.config.update("jax_default_matmul_precision", "highest")
+    parity.strict_fp32()  # the book's one switch, as every page's set-up
     return aa_under_load(calibration.tie_band("cpu"), copies=copies).to_dict("records")
 
 

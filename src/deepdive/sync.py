@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+__all__ = ["block", "pace"]
+
 
 def block(x):
     """Return `x` once every JAX array and CUDA tensor inside it is computed.

@@ -22,11 +22,16 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from deepdive.memory import is_out_of_memory
 from deepdive.sync import block, pace
+
+__all__ = ["BLOCKS", "BOOTSTRAP_RESAMPLES", "MIN_BLOCK_S", "NOISY_IQR_FRACTION", "LocalRunner",
+           "OutOfMemory", "Runner", "TimedElsewhere", "Timing", "compare", "compilations",
+           "harness_cost", "interleaved", "measure", "median_interval", "speedup", "table"]
 
 NOISY_IQR_FRACTION = 0.10  # torch.utils.benchmark warns above the same ratio
 BOOTSTRAP_RESAMPLES = 2000
@@ -237,9 +242,10 @@ def compare(
     becomes an `OutOfMemory` entry and the others go on; other errors always propagate.
     Chapter 4's batch-size sweep uses it.
 
-    A variant may also be an object with a ``runner(label, session)`` method that returns
-    a runner timed elsewhere (`deepdive.xla_route.Remote`: steps in another process, whose
-    own clock times each block); its blocks take their turns in the same rounds.
+    A variant may also be `TimedElsewhere`: an object whose ``runner(label, session)``
+    returns a `Runner` timed elsewhere (`deepdive.xla_route.Remote`: steps in another
+    process, whose own clock times each block); its blocks take their turns in the same
+    rounds.
     """
     _check_options(variants, blocks, warmup, min_block_s, min_calls, sync)
     max_blocks = 2 * blocks if max_blocks is None else max_blocks
@@ -255,7 +261,7 @@ def compare(
                          f"{remote}; give the remote variant its own check")
     session = next(_sessions)
     runners = [fn.runner(label, session) if _is_remote(fn)
-               else _Runner(label, fn, sync, checks.get(label), session)
+               else LocalRunner(label, fn, sync, checks.get(label), session)
                for label, fn in variants.items()]
     failed: dict[str, OutOfMemory] = {}
 
@@ -309,13 +315,21 @@ def table(timings: Mapping[str, Timing], baseline: str | None = None):
     return pd.DataFrame(rows)
 
 
-class _Runner:
-    """One variant's state while `compare` interleaves it with the others."""
+class Runner:
+    """One variant's state while `compare` interleaves it with the others: the protocol
+    every variant's runner follows, whether its calls run in this process (`LocalRunner`)
+    or elsewhere (a `TimedElsewhere` variant's, such as `deepdive.xla_route.Remote`).
 
-    def __init__(self, label: str, fn: Callable[[], object], sync: Callable | None,
-                 check: Callable[[object], None] | None = None, session: int = 0):
-        self.label, self.fn, self.sync, self.check = label, fn, sync, check
-        self.session = session
+    `compare` calls `prepare(warmup, min_block_s, min_calls_per_block)` once (the first
+    call, its check, the warm-up and the sizing of blocks), then `time_block()` once per
+    round, then `result()`. A subclass implements the first two, which fill `first_call`,
+    `calls_per_block`, `harness_s` (seconds per call of readiness checks taken out of each
+    sample), `samples` (seconds per call, one per block) and `recompiles`; `result` turns
+    them into a `Timing`. `output` holds the latest call's output where it is kept here
+    (`compare` drops it when the variant runs out of memory)."""
+
+    def __init__(self, label: str, session: int = 0):
+        self.label, self.session = label, session
         self.samples: list[float] = []
         self.calls_per_block = 1
         self.first_call = math.nan
@@ -323,7 +337,38 @@ class _Runner:
         self.harness_s = 0.0
         self.output = None
 
-    def _run(self, calls: int) -> float:
+    def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
+        raise NotImplementedError
+
+    def time_block(self) -> None:
+        raise NotImplementedError
+
+    def result(self) -> Timing:
+        """The samples so far as a `Timing` (harness cost per call included)."""
+        per_call = self.harness_s * (self.calls_per_block - 1) / self.calls_per_block
+        return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
+                      self.first_call, self.recompiles, self.session, per_call)
+
+
+@runtime_checkable
+class TimedElsewhere(Protocol):
+    """A `compare` variant whose calls run elsewhere (another process): instead of a
+    zero-argument callable, an object whose `runner(label, session)` returns the `Runner`
+    that times its blocks there, in the same rounds as the others."""
+
+    def runner(self, label: str, session: int) -> Runner: ...
+
+
+class LocalRunner(Runner):
+    """A zero-argument callable timed in this process: `compare`'s runner for a plain
+    variant, and the PyTorch/XLA worker's for its steps (`deepdive.xla_worker`)."""
+
+    def __init__(self, label: str, fn: Callable[[], object], sync: Callable | None,
+                 check: Callable[[object], None] | None = None, session: int = 0):
+        super().__init__(label, session)
+        self.fn, self.sync, self.check = fn, sync, check
+
+    def run(self, calls: int) -> float:
         """Seconds for `calls` calls and the sync of the last one, garbage collector off."""
         self.output = None  # the previous block's output is not this block's business
         with _collector_paused():
@@ -345,21 +390,21 @@ class _Runner:
         return time.perf_counter() - start
 
     def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
-        self.first_call = self._run(1)
+        self.first_call = self.run(1)
         if self.check is not None:
             self.check(self.output)
         if self.sync is not None:  # the output is ready now: what checking it costs
             self.harness_s = harness_cost(self.output)
-        warm = [self._run(1) for _ in range(warmup)]
+        warm = [self.run(1) for _ in range(warmup)]
         # Grow through 1, 2, 5, 10, 20, 50, ... calls until a block is long enough. An
         # interruption (or a size's first, colder run) can make one run look long enough,
         # which would leave every timed block short, so a second run must agree. The last
         # warm-up call counts as the first one-call run: a slow function pays less.
         calls, earlier = 1, (warm[-1] if warm else None)
         while calls < _MAX_CALLS_PER_BLOCK:
-            first = earlier if earlier is not None else self._run(calls)
+            first = earlier if earlier is not None else self.run(calls)
             earlier = None
-            if first >= min_block_s and self._run(calls) >= min_block_s:
+            if first >= min_block_s and self.run(calls) >= min_block_s:
                 break
             calls = _next_block_size(calls)
         self.calls_per_block = max(calls, min_calls_per_block)
@@ -367,7 +412,7 @@ class _Runner:
 
     def time_block(self) -> None:
         before = compilations()
-        elapsed = self._run(self.calls_per_block)
+        elapsed = self.run(self.calls_per_block)
         self.output = None
         self.recompiles += compilations() - before
         # Every call but the block's first paced its predecessor: take those checks out.
@@ -377,11 +422,6 @@ class _Runner:
                                "each) would be half of the block they are part of; a call "
                                "this short cannot be timed with this harness")
         self.samples.append((elapsed - paced) / self.calls_per_block)
-
-    def result(self) -> Timing:
-        per_call = self.harness_s * (self.calls_per_block - 1) / self.calls_per_block
-        return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
-                      self.first_call, self.recompiles, self.session, per_call)
 
 
 def harness_cost(output, calls: int = 500, repeats: int = 7) -> float:
@@ -487,7 +527,7 @@ def _check_options(variants, blocks, warmup, min_block_s, min_calls, sync) -> No
 
 
 def _is_remote(variant) -> bool:
-    return callable(getattr(variant, "runner", None))
+    return isinstance(variant, TimedElsewhere) and callable(variant.runner)
 
 
 def _fmt(seconds: float) -> str:

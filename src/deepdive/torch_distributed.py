@@ -29,6 +29,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+__all__ = ["CHECK_STEPS", "COLLECTIVE_NAMES", "DEVICES", "SGD", "STRATEGIES", "TIMED_STEPS",
+           "Placement", "device_label", "global_batch", "main", "make_model", "placement",
+           "read_records", "spawn", "spawn_each", "train", "wrap"]
+
 STRATEGIES = ("single", "ddp", "fsdp2")
 SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
 CHECK_STEPS = 6  # steps compared against one process: momentum shows from the second on
@@ -76,6 +80,7 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
     import torch.nn.functional as F
 
     from deepdive.env import cpu_label
+    from deepdive.parity import strict_fp32
     from deepdive.sync import block
 
     _check(strategy, world, batch_size, device)
@@ -87,7 +92,7 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
     own_group = strategy != "single" and not dist.is_initialized()  # else the caller's
     if own_group:
         dist.init_process_group(place.backend, rank=rank, world_size=world)
-    precision = strict_fp32()
+    precision = strict_fp32(jax=False).settings  # a torch-only rank: JAX left alone
     torch.set_num_threads(1)  # the ranks share this machine's cores
     if strategy == "fsdp2":  # this worker's own process; the warning is about in-place ops
         import warnings  # on the model's output, and the loss reads it out of place
@@ -365,27 +370,6 @@ def device_label(place: Placement, *, gpu_name: str | None, cpu_label: str) -> s
         raise ValueError(f"a rank placed on {place.device} needs the GPU's name, got "
                          f"{gpu_name!r}")
     return gpu_name
-
-
-def strict_fp32() -> dict[str, str | bool]:
-    """Set PyTorch's fp32 to strict (no TF32 in matmuls or cuDNN convolutions) in this
-    process, and return the settings read back, for the record. Harmless on a CPU."""
-    import torch
-
-    torch.set_float32_matmul_precision("highest")  # also cuda.matmul.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False  # not touched by the matmul precision
-    return fp32_settings()
-
-
-def fp32_settings() -> dict[str, str | bool]:
-    """PyTorch's fp32 precision settings as they are now: strict means "highest" and no
-    TF32 anywhere."""
-    import torch
-
-    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32)}
 
 
 def _cuda_counts() -> dict:

@@ -44,6 +44,10 @@ import numpy as np
 
 from deepdive.timing import Timing, compare, interleaved, speedup
 
+__all__ = ["BAND_COPIES", "BAND_QUANTILE", "BY_CONTROL", "BY_NOISE", "DECIDED", "FRAMEWORKS",
+           "REASONS", "VERDICTS", "TieBand", "Verdict", "best_of", "classify", "decide",
+           "measure_tie_band", "noise_reach", "reach", "reason", "straddles", "widen"]
+
 VERDICTS = ("faster", "slower", "tie", "withheld")
 DECIDED = ("faster", "slower")
 FRAMEWORKS = ("torch", "jax")

@@ -20,6 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+__all__ = ["ATTENTION", "ViTAttention", "ViTEmbeddings", "ViTForImageClassification", "ViTLayer",
+           "ViTMLP", "ViTModel", "ViTPatchEmbeddings", "dense", "eager_attention",
+           "hf_arrays_as_nnx", "nchw_to_nhwc", "nnx_path", "port_hf_weights", "split_merge_step",
+           "to_nnx_layout"]
+
 ATTENTION = ("eager", "dot_product_attention")
 _ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),

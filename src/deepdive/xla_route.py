@@ -9,8 +9,8 @@ the model and batch for the worker, talks to it, and plugs its steps into
 `deepdive.timing.compare` so they are timed in the same interleaved rounds as the
 chapter's own. Chapter `05_vit_xla` explains it.
 
-Imports only the standard library and numpy at module level: the worker imports the
-variant names from here.
+Imports only the standard library, numpy and `deepdive.timing` (numpy at import) at module
+level: the worker imports the variant names from here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from deepdive.timing import Runner
+
+__all__ = ["COMPILED", "DEFAULT_PYTHON", "EAGER", "ENABLE", "JAX_TWIN", "LAZY", "PARITY_VARIANTS",
+           "PYTHON_VAR", "REPO", "REQUEST_TIMEOUT_S", "REQUIREMENTS", "SCALE", "SKIP_VAR",
+           "TORCHAX", "VARIANTS", "Remote", "Status", "Worker", "pins", "route_device",
+           "save_inputs", "side_python", "stale", "status", "status_for"]
 
 EAGER = "torch 2.9 eager"
 LAZY = "PyTorch/XLA lazy tensors"
@@ -52,7 +59,7 @@ class Status:
     reason: str = ""
 
 
-def decide(skip: str | None, python: Path, python_exists: bool, ci: bool) -> Status:
+def status_for(skip: str | None, python: Path, python_exists: bool, ci: bool) -> Status:
     """Run the route, or say why not (plain text: the page glues it). Under CI a route that
     cannot run fails the build: the side environment is part of every build there."""
     skip_value = (skip or "").strip()
@@ -76,9 +83,9 @@ def decide(skip: str | None, python: Path, python_exists: bool, ci: bool) -> Sta
 
 
 def status(environ=os.environ) -> Status:
-    """`decide` for this process's environment."""
+    """`status_for` this process's environment."""
     python = side_python(environ)
-    return decide(environ.get(SKIP_VAR), python, python.is_file(),
+    return status_for(environ.get(SKIP_VAR), python, python.is_file(),
                   environ.get("CI", "").lower() == "true")
 
 
@@ -221,11 +228,11 @@ class Worker:
 
 
 class Remote:
-    """A worker variant as a `deepdive.timing.compare` entry: its blocks run in the
-    worker, between the chapter's own variants' blocks, and the worker's clock times them
-    (a request's own round trip is not part of a sample). `check`, if given, is called with
-    the first two steps' report (their losses among it) before any block is timed, and
-    raises when they are wrong."""
+    """A worker variant as a `deepdive.timing.compare` entry (a `timing.TimedElsewhere`):
+    its blocks run in the worker, between the chapter's own variants' blocks, and the
+    worker's clock times them (a request's own round trip is not part of a sample).
+    `check`, if given, is called with the first two steps' report (their losses among it)
+    before any block is timed, and raises when they are wrong."""
 
     def __init__(self, worker: Worker, variant: str, check=None):
         if variant not in VARIANTS:
@@ -233,18 +240,17 @@ class Remote:
         self.worker, self.variant, self.check = worker, variant, check
         self.first_steps: dict | None = None
 
-    def runner(self, label: str, session: int):
+    def runner(self, label: str, session: int) -> Runner:
         return _RemoteRunner(self, label, session)
 
 
-class _RemoteRunner:
-    """`timing._Runner`'s interface, forwarded to the worker."""
+class _RemoteRunner(Runner):
+    """A `deepdive.timing.Runner` whose calls run in the worker: `prepare` and `time_block`
+    are requests, and the worker's clock times each block."""
 
     def __init__(self, remote: Remote, label: str, session: int):
-        self.remote, self.label, self.session = remote, label, session
-        self.samples: list[float] = []
-        self.calls_per_block, self.first_call, self.recompiles = 1, float("nan"), 0
-        self.harness_s, self.output = 0.0, None
+        super().__init__(label, session)
+        self.remote = remote
 
     def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
         steps = self.remote.worker.request(
@@ -260,13 +266,6 @@ class _RemoteRunner:
         block = self.remote.worker.request("time_block", variant=self.remote.variant)
         self.samples.append(block["sample_s"])
         self.recompiles += block["recompiles"]
-
-    def result(self):
-        from deepdive.timing import Timing
-
-        per_call = self.harness_s * (self.calls_per_block - 1) / self.calls_per_block
-        return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
-                      self.first_call, self.recompiles, self.session, per_call)
 
 
 def _normal(name: str) -> str:

@@ -31,8 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from deepdive import parity
-from deepdive.timing import _Runner
+from deepdive.timing import LocalRunner
 from deepdive.xla_route import COMPILED, EAGER, JAX_TWIN, PARITY_VARIANTS, TORCHAX, VARIANTS
+
+__all__ = ["HANDLERS", "KINDS", "Session", "compilations", "installed", "load_run", "main",
+           "save_run", "serve", "torch_gradients", "torch_step", "torchax_step"]
 
 
 class Session:
@@ -44,13 +47,10 @@ class Session:
         import torch_xla.backends
 
         torch.set_num_threads(threads)
-        # fp32 strict everywhere, as in chapter 4: full-precision matmuls in torch, in
-        # torch_xla's lowering and in JAX (torchax).
-        torch.set_float32_matmul_precision("highest")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        # fp32 strict everywhere, as in chapter 4: full-precision matmuls in torch and in JAX
+        # (torchax, the Flax twin), by the book's one switch, and in torch_xla's lowering.
+        parity.strict_fp32()
         torch_xla.backends.set_mat_mul_precision("highest")
-        jax.config.update("jax_default_matmul_precision", "highest")
         # Start the XLA device now: PyTorch's autograd engine sizes its per-device queues
         # at its first backward pass, and an eager CPU backward before the device exists
         # would leave XLA's backward without a queue (an internal assert in torch 2.9).
@@ -60,7 +60,7 @@ class Session:
         batch = np.load(self.folder / "batch.npz")
         self.images, self.labels = batch["images"], batch["labels"]
         self.steps: dict[str, object] = {}
-        self.runners: dict[str, _Runner] = {}
+        self.runners: dict[str, LocalRunner] = {}
 
     def hello(self) -> dict:
         from importlib.metadata import version
@@ -118,11 +118,11 @@ class Session:
         then size its blocks as `compare` does."""
         _check_variant(variant)
         step, sync = self._build(variant)
-        runner = _Runner(variant, step, sync, None, session)
+        runner = LocalRunner(variant, step, sync, None, session)
         counts = [compilations()]
         times, losses = [], []
         for _ in range(2):
-            times.append(runner._run(1))
+            times.append(runner.run(1))
             counts.append(compilations())
             losses.append(float(np.asarray(_to_host(runner.output))))
         runner.prepare(warmup, min_block_s, min_calls_per_block)
@@ -137,7 +137,7 @@ class Session:
 
     def _build(self, variant: str):
         if variant == TORCHAX:
-            return _torchax_step(self.model(), self.images, self.labels)
+            return torchax_step(self.model(), self.images, self.labels)
         if variant == JAX_TWIN:
             from deepdive import vit
 
@@ -249,7 +249,8 @@ def _forward(model, variant: str):
 
 
 def save_run(path: Path, run: dict) -> None:
-    """A run (`deepdive.parity.against_reference`'s shape) as one .npz; `load_run` reads it."""
+    """A run (`deepdive.parity.against_reference`'s shape) as one .npz; `load_run` reads
+    it."""
     np.savez(path, logits=run["logits"], loss=np.asarray(run["loss"]),
              **{f"grad:{name}": g for name, g in run["gradients"].items()})
 
@@ -347,7 +348,7 @@ def _torchax_gradients(model, images, labels):
                           for name, g in grads.items()}}
 
 
-def _torchax_step(model, images, labels):
+def torchax_step(model, images, labels):
     """The same PyTorch model and loss traced by torchax into one `jax.jit` step with
     optax's AdamW (proven equal to torch's in chapter 4); the state is donated."""
     import jax
@@ -372,6 +373,8 @@ def _torchax_step(model, images, labels):
 
     return step, _block_jax
 
+
+_torchax_step = torchax_step  # transitional: removed by restructure.py
 
 HANDLERS = ("hello", "gradients", "prepare", "time_block", "metrics")
 
