@@ -59,14 +59,15 @@ def test_full_on_a_readers_gpu_is_refused_naming_medium(gpu):
 
 
 def test_a_40gb_a100_runs_full_except_the_gpt_2_and_vit_b_16_training_benchmarks():
-    """Chapter 3 keeps twelve GPT-2 variants with their AdamW state beside batch-12
-    activations; chapter 4 keeps sixteen ViT-B/16 configurations at the seed's batch: both
+    """The GPT chapter keeps fifteen GPT-2 configurations with their AdamW state beside
+    batch-12 activations; the ViT chapter keeps sixteen ViT-B/16 configurations at the seed's
+    batch: both
     need more than a 40 GB A100, and their plans say so before a cell runs, naming medium."""
     a100 = GPUS["A100 40GB"]
     for chapter in ("01_vmap", "02_jit_xla", "06_distributed"):
         plans.plan(chapter, "full", a100, HOST).check()
     with pytest.raises(plan.PlanDoesNotFit, match=r"GPT-2 124M.*GiB.*DEEPDIVE_SCALE=medium"):
-        plans.plan("03_torch_compile", "full", a100, HOST).check()
+        plans.plan("04_gpt_training", "full", a100, HOST).check()
     with pytest.raises(plan.PlanDoesNotFit, match=r"batch 32' needs.*DEEPDIVE_SCALE=medium"):
         plans.plan("05_vit_training", "full", a100, HOST).check()
 
@@ -146,7 +147,7 @@ def test_sizes_refuse_an_unknown_chapter_or_scale():
 
 @pytest.mark.parametrize("scale", ["small", "medium", "full"])
 def test_gpt_parameter_counts_match_the_model_built_on_the_meta_device(scale):
-    for w in plans.sizes("03_torch_compile", scale).workloads:
+    for w in plans.sizes("04_gpt_training", scale).workloads:
         with torch.device("meta"):
             model = GPT(GPTConfig(*w.config))
         assert w.parameters == model.num_parameters(), w.name
@@ -165,7 +166,7 @@ def test_vit_parameter_counts_match_the_model_built_on_the_meta_device(scale):
 
 def test_full_sizes_are_the_seeds():
     vit = plans.sizes("05_vit_training", "full")
-    gpts = {w.key: w for w in plans.sizes("03_torch_compile", "full").workloads}
+    gpts = {w.key: w for w in plans.sizes("04_gpt_training", "full").workloads}
 
     assert (vit.image_size, vit.patch_size, vit.hidden_size, vit.num_hidden_layers) == \
         (224, 16, 768, 12)  # ViT-Base/16
@@ -193,15 +194,19 @@ def test_the_nnx_twin_at_every_gpu_scale_has_the_planned_parameters_without_allo
 
 def test_where_inductor_refuses_bf16_the_chapters_plan_and_run_without_its_bf16_rows():
     """A T4 (compute capability 7.5) has no native bf16: Inductor raises SkipFrame there,
-    so chapter 3's bf16 runs drop Inductor's two backends and chapter 4's bf16 rows drop
-    torch.compile (its TF32 row stays); an L4 keeps them all, and so does a CPU."""
+    so the GPT chapter's bf16 runs drop Inductor's two modes (and JAX's bf16, which lacks its
+    dot there) and the ViT chapter's bf16 rows drop torch.compile (its TF32 row stays); an L4
+    keeps them all, and so does a CPU."""
     t4, l4 = GPUS["T4"], GPUS["L4"]
 
     assert not t4.inductor_bf16 and l4.inductor_bf16 and BUILD_CPU.inductor_bf16
-    assert plans.gpt_backends(t4)["bf16"] == ("eager", "aot_eager", "cudagraphs",
-                                              "eager A/A copy")
-    assert len(plans.gpt_backends(l4)["bf16"]) == len(plans.gpt_backends(l4)["fp32"]) == 6
-    assert len(plans.gpt_backends(BUILD_CPU)["bf16"]) == 4  # no CUDA graphs on a CPU
+    def bf16_modes(target):
+        return [m for m, p in plans.gpt_twin_modes(target) if p == "bf16"]
+
+    assert bf16_modes(t4) == ["torch eager", "torch eager A/A copy", "torch.compile aot_eager",
+                              "torch.compile cudagraphs"]
+    assert len(bf16_modes(l4)) == 7 and len(plans.gpt_twin_modes(l4)) == 15
+    assert len(bf16_modes(BUILD_CPU)) == 5  # no CUDA graphs on a CPU
     t4_rows = plans.vit_modes(t4, 32, 32)
     assert ("torch.compile, SDPA", "bf16") not in t4_rows
     assert not any(p == "tf32" for _, p in t4_rows)  # Turing has no TF32 either
@@ -243,8 +248,8 @@ def test_the_plans_print_for_a_readers_gpu_from_the_command_line(capsys):
     full = capsys.readouterr().out
 
     assert medium.count("-> fits") == len(plans.CHAPTERS) and "on Tesla T4" in medium
-    # Full scale's GPT-2 (chapter 3 and the GPT page) and ViT-B/16 need an 80 GB GPU.
-    assert full.count("-> fits") == 4 and full.count("REFUSED") == 3
+    # Full scale's GPT-2 (the GPT chapter's benchmark) and ViT-B/16 need an 80 GB GPU.
+    assert full.count("-> fits") == 5 and full.count("REFUSED") == 2
     assert "DEEPDIVE_SCALE=medium" in full
     with pytest.raises(SystemExit):
         plans.main(["V100"])

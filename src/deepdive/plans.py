@@ -12,8 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deepdive import env
+from deepdive import env, flops
 from deepdive.plan import PROCESS_START_S, Call, Plan, Target, Work, alike, compile_seconds
+
+__all__ = [
+    "CHAPTERS", "DistributedSizes", "F32", "GPTSizes", "GPTWorkload", "JitSizes", "OTHER_S",
+    "READER_GPUS", "SIZES", "ViTSizes", "VmapSizes", "gpt_activation_bytes", "gpt_step_flops",
+    "gpt_twin_modes", "main", "plan", "sizes", "vit_activation_bytes", "vit_modes",
+    "vit_step_flops",
+]
 
 F32 = 4  # bytes
 
@@ -47,7 +54,7 @@ class JitSizes:
 
 @dataclass(frozen=True)
 class GPTWorkload:
-    """Chapter 3: one GPT trained per backend and precision (nanoGPT's GPTConfig fields)."""
+    """Chapter 4: one GPT trained per mode and precision (nanoGPT's GPTConfig fields)."""
 
     key: str  # short id, used in claim ids
     name: str  # the size recorded in the results
@@ -73,8 +80,8 @@ class GPTWorkload:
 
 
 @dataclass(frozen=True)
-class CompileSizes:
-    """Chapter 3: the GPT workloads of the benchmark."""
+class GPTSizes:
+    """Chapter 4: the two GPTs of the benchmark and the JAX twin."""
 
     workloads: tuple
 
@@ -128,16 +135,16 @@ class DistributedSizes:
     n_out: int = 10
 
 
-# Chapter 3's two GPTs per scale (the slides' two at full); the GPT page trains the same.
+# Chapter 4's two GPTs per scale (the slides' two at full), trained by both frameworks.
 _GPTS = {
-    "small": CompileSizes((GPTWorkload("char", "char-small", 2, 4, 128, 64, 65, 16),
+    "small": GPTSizes((GPTWorkload("char", "char-small", 2, 4, 128, 64, 65, 16),
                            GPTWorkload("vocab", "gpt-v1024-0.54M", 2, 4, 128, 128, 1024,
                                        8))),
-    "medium": CompileSizes((GPTWorkload("char", "shakespeare-char, 2 layers", 2, 6, 384,
+    "medium": GPTSizes((GPTWorkload("char", "shakespeare-char, 2 layers", 2, 6, 384,
                                         256, 65, 32),
                             GPTWorkload("vocab", "gpt-v50304, 2 layers", 2, 6, 384, 256,
                                         50304, 8))),
-    "full": CompileSizes((GPTWorkload("char", "shakespeare-char 10.65M", 6, 6, 384, 256,
+    "full": GPTSizes((GPTWorkload("char", "shakespeare-char 10.65M", 6, 6, 384, 256,
                                       65, 64),
                           GPTWorkload("vocab", "GPT-2 124M", 12, 12, 768, 1024, 50304,
                                       12))),
@@ -155,13 +162,13 @@ SIZES = {
         "medium": JitSizes(2**25, (1, 2, 4, 8, 16), 100, 50, 1024),
         "full": JitSizes(2**27, (1, 2, 4, 8, 16, 32), 1000, 200, 4096),
     },
-    "03_torch_compile": _GPTS,
+    # Chapter 3 measures torch.compile's internals on fixed tiny shapes: no sizes per scale.
+    "03_torch_compile": dict.fromkeys(("small", "medium", "full")),
     "05_vit_training": {
         "small": ViTSizes(32, 4, 64, 2, 4, 256, 10, (8, 32), 15),
         "medium": ViTSizes(224, 16, 384, 6, 6, 1536, 1000, (16, 32), 15),
         "full": ViTSizes(224, 16, 768, 12, 12, 3072, 1000, (32, 64, 128, 256), 30),
     },
-    # Chapter 3's GPTs (the slides' two at full), now trained by both frameworks.
     "04_gpt_training": _GPTS,
     # PyTorch/XLA and torchax on chapter 4's small ViT: torch_xla 2.9 has no GPU build, so
     # the page runs on the CPU at every scale (deepdive.xla_route.SCALE).
@@ -180,10 +187,15 @@ SIZES = {
 OTHER_S = {
     "01_vmap": {"small": 50.0, "medium": 90.0, "full": 120.0},
     "02_jit_xla": {"small": 30.0, "medium": 90.0, "full": 180.0},
-    "03_torch_compile": {"small": 45.0, "medium": 150.0, "full": 300.0},
+    # The internals only (the GPT benchmark moved to chapter 4): the tie band's table,
+    # Dynamo's and AOTAutograd's outputs, the profiles of a compiled call.
+    "03_torch_compile": {"small": 30.0, "medium": 90.0, "full": 150.0},
     "05_vit_training": {"small": 60.0, "medium": 90.0, "full": 180.0},
-    # The tie band, the parity proofs (two GPTs, 20 steps each side), the peaks, figures.
-    "04_gpt_training": {"small": 50.0, "medium": 90.0, "full": 180.0},
+    # Imports, the parity proofs (two GPTs, 20 steps each side), the first-step references,
+    # the memory readings (two steps per configuration), FlopCounterMode and autocast's
+    # dtypes, figures: the GPT page's build time at commit b58bc38 (134-177 s) less its
+    # measured compiles and timings.
+    "04_gpt_training": {"small": 60.0, "medium": 120.0, "full": 240.0},
     # Two worker starts, the parity pass (four routes compile) and the tie band.
     "05_vit_xla": {"small": 45.0, "medium": 45.0, "full": 45.0},
     "06_distributed": {"small": 20.0, "medium": 60.0, "full": 90.0},
@@ -295,10 +307,9 @@ def _jit_works(s: JitSizes, target: Target) -> list[Work]:
 
 
 def gpt_step_flops(w: GPTWorkload) -> float:
-    """nanoGPT's estimate of one training step: 6N per token plus attention's 12LHQT."""
-    tokens = w.batch_size * w.block_size
-    head_dim = w.n_embd // w.n_head
-    return tokens * (6 * w.parameters + 12 * w.n_layer * w.n_head * head_dim * w.block_size)
+    """One training step: `flops.gpt_flops_per_token` (nanoGPT's 6N + 12LHQT) per token."""
+    return w.batch_size * w.block_size * flops.gpt_flops_per_token(
+        w.parameters, w.n_layer, w.n_head, w.n_embd // w.n_head, w.block_size)
 
 
 def gpt_activation_bytes(w: GPTWorkload, target: Target) -> float:
@@ -311,105 +322,95 @@ def gpt_activation_bytes(w: GPTWorkload, target: Target) -> float:
     return w.n_layer * per_layer + 3 * tokens * w.vocab_size * F32
 
 
-def gpt_backends(target: Target) -> dict[str, tuple[str, ...]]:
-    """Chapter 3's GPT variants per precision on `target`: the backends, then the eager A/A
-    copy. A GPU adds CUDA graphs (backend and Inductor's reduce-overhead); where Inductor
-    refuses bf16 (GPUs before compute capability 8.0) the bf16 runs skip its two."""
-    backends = ("eager", "aot_eager", "inductor")
-    if target.kind == "cuda":
-        backends += ("cudagraphs", "inductor reduce-overhead")
-    copy = ("eager A/A copy",)
-    bf16 = backends if target.inductor_bf16 else tuple(
-        b for b in backends if not b.startswith("inductor"))
-    return {"fp32": backends + copy, "bf16": bf16 + copy}
-
-
 def gpt_twin_modes(target: Target) -> list[tuple[str, str]]:
-    """Chapter `04_gpt_training`'s (mode, precision) configurations per GPT: in fp32,
-    PyTorch eager and an A/A copy of it, torch.compile (and reduce-overhead on a GPU), and
-    jax.jit as Flax's dense writes it and with tokens flattened in its linear layers (both
-    with dot_product_attention; the written-out attention is proven equal, not timed, to
-    keep a CPU build in its budget); in bf16,
-    PyTorch eager, jax.jit and, on a GPU, the compiled modes. A CPU build compiles fp32
-    only: two more cold Inductor compiles would take a sixth of its budget. A GPU without
-    bf16 arithmetic (compute capability below 8.0) runs no bf16: Inductor refuses it, and
-    XLA has no BF16_BF16_F32 dot there."""
+    """Chapter `04_gpt_training`'s (mode, precision) configurations per GPT, each timed once
+    for both of its readings (the slides' benchmark and PyTorch against JAX): PyTorch eager
+    and an A/A copy of it, torch.compile with `aot_eager` and with Inductor (on a GPU also
+    the `cudagraphs` backend and Inductor's reduce-overhead); jax.jit as Flax's dense writes
+    it and, in fp32, with tokens flattened in its linear layers (both with
+    dot_product_attention; the written-out attention is proven equal, not timed). A GPU
+    without bf16 arithmetic (compute capability below 8.0) runs bf16 without Inductor, which
+    refuses it, and without JAX, whose BF16_BF16_F32 dot it lacks: emulated rows, no
+    verdict."""
     gpu = target.kind == "cuda"
-    compiled = ["torch.compile"] + (["torch.compile reduce-overhead"] if gpu else [])
+    compiled = ["torch.compile aot_eager", "torch.compile"]
+    if gpu:
+        compiled += ["torch.compile cudagraphs", "torch.compile reduce-overhead"]
     fp32 = ["torch eager", "torch eager A/A copy", *compiled, "jax.jit",
             "jax.jit, tokens flattened"]
-    bf16 = [] if gpu and not target.inductor_bf16 else [
-        "torch eager", *(compiled if gpu else []), "jax.jit"]
+    inductor = ("torch.compile", "torch.compile reduce-overhead")
+    bf16 = ["torch eager", "torch eager A/A copy",
+            *(m for m in compiled if target.inductor_bf16 or m not in inductor)]
+    if target.inductor_bf16:
+        bf16.append("jax.jit")
     return [(m, "fp32") for m in fp32] + [(m, "bf16") for m in bf16]
 
 
-def _gpt_twin_works(s: CompileSizes, target: Target) -> list[Work]:
+def _gpt_compiler(mode: str) -> str | None:
+    """The plan's compile-time entry for a GPT mode (None: eager)."""
+    if mode.startswith("jax"):
+        return "jax.jit"
+    if mode.endswith(("aot_eager", "cudagraphs")):
+        return "aot_eager"  # AOTAutograd's graphs, no kernels generated
+    return "torch.compile" if mode.startswith("torch.compile") else None
+
+
+def _gpt_twin_works(s: GPTSizes, target: Target) -> list[Work]:
     """Per GPT: every configuration of `gpt_twin_modes`, built from the proven weights,
-    checked on its first step and timed in one compare, all alive together (PyTorch keeps
-    weights, gradients and two moments, 16 bytes a parameter; JAX donates its state, 12).
+    checked on its first step and timed in one compare, all alive together (weights and
+    two moments, 12 bytes a parameter: PyTorch's steps free their gradients at the end, JAX
+    donates its state; plus the running step's gradients and the reference weights).
     Both frameworks' allocators keep their peak, and on a GPU the CUDA-graph pool another,
-    so activations count two or three times. Each GPT is freed before the next."""
+    so activations count two or three times. Each GPT is freed before the next. Then the
+    first GPT's fp32 step taken apart (six parts, five XLA programs), and on a CPU the
+    anatomy: 12 rounds of an eager and an Inductor step per GPT, each once with a clock
+    per part and once profiled."""
     works = []
     configs = gpt_twin_modes(target)
     for w in s.workloads:
-        torch_configs = [m for m, _ in configs if m.startswith("torch")]
-        compile_s = sum(compile_seconds("torch.compile", target.kind, w.n_layer)
-                        for m in torch_configs if m.startswith("torch.compile")) \
-            + sum(compile_seconds("jax.jit", target.kind, w.n_layer)
-                  for m, _ in configs if m.startswith("jax"))
-        state = (16 * len(torch_configs) + 12 * (len(configs) - len(torch_configs)) + 4) \
-            * w.parameters
+        compile_s = sum(compile_seconds(kind, target.kind, w.n_layer)
+                        for kind in map(_gpt_compiler, (m for m, _ in configs)) if kind)
+        state = (12 * len(configs) + 8) * w.parameters
         copies = 3 if target.kind == "cuda" else 2
+        step = Call(gpt_step_flops(w), dispatches=30 * w.n_layer)
         works.append(Work(f"GPT {w.name}, batch {w.batch_size}x{w.block_size}",
-                          alike(len(configs), Call(gpt_step_flops(w), dispatches=30 * w.n_layer)),
+                          tuple(Call(step.flops, dispatches=step.dispatches, dtype=p)
+                                for _, p in configs),
                           compile_s=compile_s, untimed_calls=4,
                           memory=state + copies * gpt_activation_bytes(w, target),
                           cell="GPT timing"))
+    first = s.workloads[0]
+    full = gpt_step_flops(first)
+    parts = (Call(full / 3, dispatches=10 * first.n_layer),
+             Call(2 * full / 3, dispatches=20 * first.n_layer), Call(full / 3), Call(2 * full / 3),
+             Call(full), Call(full))
+    works.append(Work(f"GPT {first.name}: the fp32 step taken apart", parts,
+                      compile_s=5 * compile_seconds("jax.jit", target.kind, first.n_layer),
+                      memory=2 * gpt_activation_bytes(first, target)))
+    if target.kind == "cpu":
+        for w in s.workloads:
+            works.append(Work(f"GPT {w.name}: the anatomy of eager and Inductor steps",
+                              alike(2, Call(gpt_step_flops(w), dispatches=30 * w.n_layer)),
+                              min_calls=2 * 12, untimed_calls=0, timed=False,
+                              fixed_s=1.0))  # the profiler's own start and stop, per round
     return works
 
 
-def _compile_works(s: CompileSizes, target: Target) -> list[Work]:
-    """Per GPT: each backend and the A/A copy at two precisions, checked for a few steps
-    (copies of each one's first gradient and updates held meanwhile) and timed in one
-    compare. Every model stays alive to the end of the page with its AdamW state (weights
-    and two moments; `zero_grad(set_to_none=True)` frees the gradients), so each GPT's
-    memory adds to the ones before. Activations: the running step's, plus the CUDA-graph
-    pool (both CUDA-graph backends go through cudagraph trees, which keep one pool per
-    device; assumed to hold one fp32 step's)."""
-    works = [Work("tiny function, recompiles, graph breaks, MLP modes",
-                  alike(12, Call(dispatches=10)),
-                  compile_s=20 * compile_seconds("torch.compile", target.kind)
-                  + (2 * compile_seconds("max-autotune", target.kind)
-                     if target.kind == "cuda" else 0))]
-    variants = gpt_backends(target)
-    runs = sum(len(v) for v in variants.values())
-    pools = 1 if target.kind == "cuda" else 0  # cudagraph trees: one pool per device
-    before = 0.0  # the earlier GPTs' models, alive to the end
-    for w in s.workloads:
-        compiles = sum(compile_seconds("torch.compile", target.kind, w.n_layer)
-                       if b.startswith("inductor") else
-                       compile_seconds("aot_eager", target.kind, w.n_layer)
-                       for v in variants.values() for b in v if b in ("aot_eager", "cudagraphs")
-                       or b.startswith("inductor"))
-        resident = runs * 12 * w.parameters
-        activations = gpt_activation_bytes(w, target)
-        checking = resident + runs * 12 * w.parameters + 4 * w.parameters + activations
-        timing = resident + 2 * 12 * w.parameters + 4 * w.parameters \
-            + (1 + pools) * activations
-        works.append(Work(f"GPT {w.name}, batch {w.batch_size}x{w.block_size}",
-                          alike(runs, Call(gpt_step_flops(w), dispatches=30 * w.n_layer)),
-                          compile_s=compiles, untimed_calls=6,
-                          memory=before + max(checking, timing), cell="GPT timing"))
-        before += resident + 2 * 12 * w.parameters
-    return works
+def _compile_works(s: None, target: Target) -> list[Work]:
+    """The tiny function, recompiles, graph breaks and the MLP block's modes; the GPT
+    benchmark moved to chapter 4 (`_gpt_twin_works`)."""
+    return [Work("tiny function, recompiles, graph breaks, MLP modes",
+                 alike(12, Call(dispatches=10)),
+                 compile_s=20 * compile_seconds("torch.compile", target.kind)
+                 + (2 * compile_seconds("max-autotune", target.kind)
+                    if target.kind == "cuda" else 0))]
 
 
 def vit_step_flops(s: ViTSizes, batch: int) -> float:
-    """Forward and backward of one step: three times the forward's matmuls and attention."""
-    d, n = s.hidden_size, s.tokens
-    per_layer = 2 * n * (4 * d * d + 2 * d * s.intermediate_size) + 4 * n * n * d
-    patch = 2 * (n - 1) * 3 * s.patch_size**2 * d
-    return 3 * batch * (s.num_hidden_layers * per_layer + patch + 2 * d * s.num_labels)
+    """One training step: `flops.vit_flops_per_image` per image."""
+    return batch * flops.vit_flops_per_image(
+        s.parameters, s.num_hidden_layers, s.num_attention_heads,
+        s.hidden_size // s.num_attention_heads, s.tokens)
 
 
 def vit_activation_bytes(s: ViTSizes, batch: int) -> float:
