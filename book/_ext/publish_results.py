@@ -1,7 +1,7 @@
 """Sphinx extension: publish the evidence with the site, under `results/`.
 
-Chapter 6 can then run on its own, in Colab or a fresh Jupyter, and read what this build
-measured (`DEEPDIVE_EVIDENCE=published`) instead of needing chapters 1 to 5 run first.
+The choosing chapter can then run on its own, in Colab or a fresh Jupyter, and read what this build
+measured (`DEEPDIVE_EVIDENCE=published`) instead of needing every chapter before it run first.
 """
 
 import shutil

@@ -1,18 +1,21 @@
-"""The evidence behind chapter 6's guide, read from this build's saved results.
+"""The evidence behind the choosing chapter's guide, read from this build's saved results.
 
 Only comparisons between the two frameworks are evidence here: a claim that pits two
 variants of one framework (vmap against a loop, Inductor against eager) or simulated
-devices against one (chapter 5's timings) cannot decide a choice of framework, and stays
-in its chapter. Each cross-framework claim compares the best variant each side checked,
-and its question names them. Every timed row is a claim in `_build/results/claims.csv`,
-named by a stable id, so the guide says what the verdict rule said (faster, slower, tie,
-or withheld on this build), recomputed from the saved ratio, interval and band. Its scope
-comes with it: the claim's question names the workload and its size, the file the device
-and the scale. The one untimed row, the memory each device holds under sharding, is read
-from chapter 5's byte counts, which are exact. Nothing here holds a measured value, and
-nothing depends on a size that changes with the scale: where a claim id holds a size
-(`best_jax_vs_torch_b{n}`), every size this build saved is read. A chapter that saved
-nothing shows up as MISSING, never as a stale number.
+devices against one (the distributed chapter's timings) cannot decide a choice of
+framework, and stays in its chapter. Each cross-framework claim compares the best variant
+each side checked, and its question names them. Every timed row is a claim in
+`_build/results/claims.csv`, named by a stable id, so the guide says what the verdict rule
+said (faster, slower, tie, or withheld on this build), recomputed from the saved ratio,
+interval and band. Its scope comes with it: the claim's question names the workload and
+its size, the file the device and the scale. The one untimed row, the memory each device
+holds under sharding, is read from the distributed chapter's byte counts, which are exact.
+Nothing here holds a measured value, and nothing depends on a size that changes with the
+scale: where a claim id holds a size (`best_jax_vs_torch_b{n}`), every size this build
+saved is read. A chapter that saved nothing shows up as MISSING, never as a stale number.
+Claims an older build saved under another chapter or id are read where they live now
+(`deepdive.chapters.claim_map`). Every timed row also carries its ratio one way, PyTorch's
+time over JAX's (`torch_over_jax`, with its interval): above 1, JAX took less time.
 """
 
 from __future__ import annotations
@@ -25,9 +28,16 @@ from pathlib import Path
 
 import pandas as pd
 
+__all__ = ["CHAPTERS", "EVIDENCE", "EVIDENCE_FILES", "FRAMEWORK_NAMES", "HOW_TO_GET", "MISSING",
+           "NOT_MEASURED", "ONE_WAY", "PADDING_ALLOWANCE", "PUBLISHED", "WITHHELD", "FromClaim",
+           "ShardedMemory", "evidence_table", "fetch", "follow_moves", "load_all",
+           "other_build_note", "published_results", "resolve_claim_ids"]
+
 CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_gpt_training", "05_vit_training",
             "05_vit_xla", "06_distributed")
 MISSING = "MISSING"
+# Every timed row's ratio, one way: PyTorch's time over JAX's, with its 95% interval.
+ONE_WAY = ("torch_over_jax", "torch_over_jax_low", "torch_over_jax_high")
 NOT_MEASURED = "not measured in this build"
 WITHHELD = "withheld on this build"
 # Sharded state may exceed 1/n of the whole by padding (FSDP2 pads a dimension that n does
@@ -58,9 +68,9 @@ class FromClaim:
 
 @dataclass(frozen=True)
 class ShardedMemory:
-    """The evidence row for memory under sharding, from chapter 5's byte counts: the state
-    (parameters + optimizer) the fullest device holds, over one process's, per framework,
-    at the largest device count both frameworks ran."""
+    """The evidence row for memory under sharding, from the distributed chapter's byte
+    counts: the state (parameters + optimizer) the fullest device holds, over one
+    process's, per framework, at the largest device count both frameworks ran."""
 
     key: str
     topic: str
@@ -77,7 +87,7 @@ def _torch_if_faster() -> dict:
     return {"faster": "PyTorch", "slower": "JAX"}
 
 
-WORKLOADS_1 = ("dot", "attention", "grads")  # chapter 1's three vmap workloads
+WORKLOADS_1 = ("dot", "attention", "grads")  # the vmap chapter's three workloads
 _XLA_SKIPPED = ("the PyTorch/XLA page did not run its route in this build (its side "
                 "environment was skipped or missing)")
 EVIDENCE = (
@@ -113,21 +123,21 @@ EVIDENCE = (
                   single={"torch": "single", "jax": "one device"}),
 )
 FRAMEWORK_NAMES = {"torch": "PyTorch", "jax": "JAX"}
-# What a build saves for chapter 6, and what the published site carries under results/.
+# What a build saves for the choosing chapter, and what the published site carries under results/.
 EVIDENCE_FILES = ("claims.csv", "provenance.csv", *(f"{c}.csv" for c in CHAPTERS))
 PUBLISHED = "published"  # DEEPDIVE_EVIDENCE=published: the site's own results/ folder
 HOW_TO_GET = ("To read the evidence published with the site, add a cell after the first one "
               "with `%env DEEPDIVE_EVIDENCE=published` and run the page again from the top "
               "(in Colab: Runtime, Run all). To measure your own, build the book (`make book`) "
-              "or run chapters 1 to 5 (with the PyTorch/XLA page) in the same copy of the book "
-              "first; in Colab each notebook opened from the site gets its own runtime, so run "
-              "them from this one: "
-              "`!cd /content/book/notebooks && for n in 0[1-5]_*.ipynb; do jupyter nbconvert "
+              "or run every chapter before this one (with the PyTorch/XLA page) in the same "
+              "copy of the book first; in Colab each notebook opened from the site gets its "
+              "own runtime, so run them from this one: "
+              "`!cd /content/book/notebooks && for n in 0[1-6]_*.ipynb; do jupyter nbconvert "
               "--to notebook --execute --inplace $n; done`.")
 
 
 def other_build_note(source: str) -> str:
-    """The warning chapter 6 shows above evidence it read from another build."""
+    """The warning the choosing chapter shows above evidence it read from another build."""
     return (f"> **Read from another build.** The evidence and the guide below are the files "
             f"another build saved, fetched from {source}, not measurements of this run: "
             "wherever they say \"this build\", read \"the build that saved them\", named "
@@ -175,8 +185,24 @@ def load_all(directory: Path) -> dict[str, pd.DataFrame | None]:
     found = {chapter: pd.read_csv(directory / f"{chapter}.csv")
              if (directory / f"{chapter}.csv").exists() else None for chapter in CHAPTERS}
     claims = directory / "claims.csv"
-    found["claims"] = pd.read_csv(claims) if claims.exists() else None
+    found["claims"] = follow_moves(pd.read_csv(claims)) if claims.exists() else None
     return found
+
+
+def follow_moves(claims: pd.DataFrame) -> pd.DataFrame:
+    """claims.csv with every claim an older build saved under another chapter or id moved
+    to where it lives now (`deepdive.chapters.claim_map`); a claim this build saved under
+    its new home wins over the moved copy of the same claim."""
+    from deepdive.chapters.claim_map import current
+
+    moved = claims.copy()
+    homes = [current(c, i) for c, i in zip(claims["chapter"], claims["claim_id"], strict=True)]
+    moved["chapter"] = [chapter for chapter, _ in homes]
+    moved["claim_id"] = [claim_id for _, claim_id in homes]
+    was_moved = (moved["chapter"] != claims["chapter"]) | (moved["claim_id"] != claims["claim_id"])
+    order = moved.assign(_moved=was_moved).sort_values("_moved", kind="stable")
+    kept = order.drop_duplicates(["chapter", "claim_id"]).drop(columns="_moved")
+    return kept.sort_index()
 
 
 def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
@@ -197,7 +223,7 @@ def _empty(status: str, question: str, why: str) -> dict:
     nan = float("nan")  # every column a claim row has, so a build without claims still tabulates
     return {"question": question, "verdict": status, "favours": status, "result": why,
             "ratio": nan, "low": nan, "high": nan, "tie_band": nan, "candidate": "",
-            "baseline": "", "device": "", "scale": ""}
+            "baseline": "", "device": "", "scale": "", **dict.fromkeys(ONE_WAY, nan)}
 
 
 def resolve_claim_ids(pattern: str, ids) -> list[str]:
@@ -236,6 +262,10 @@ def _claim_row(item: FromClaim, saved) -> dict:
     verdict = reread_verdict(saved)
     favours = ("even" if verdict == "tie" else WITHHELD if verdict == "withheld"
                else item.favours[verdict])
+    ratio, low, high = (float(saved[k]) for k in ("ratio", "low", "high"))
+    # the candidate's speed-up over the baseline; turned so it is always PyTorch over JAX
+    jax_candidate = item.favours["faster"] == "JAX"
+    one_way = (ratio, low, high) if jax_candidate else (1 / ratio, 1 / high, 1 / low)
     return {"key": saved["claim_id"], "question": saved["question"], "verdict": verdict,
             "favours": favours,
             "result": f"{saved['candidate']} against {saved['baseline']}: {verdict}, "
@@ -243,7 +273,8 @@ def _claim_row(item: FromClaim, saved) -> dict:
             "ratio": float(saved["ratio"]), "low": float(saved["low"]),
             "high": float(saved["high"]), "tie_band": float(saved["tie_band"]),
             "candidate": saved["candidate"], "baseline": saved["baseline"],
-            "device": saved["device"], "scale": saved["scale"]}
+            "device": saved["device"], "scale": saved["scale"],
+            **dict(zip(ONE_WAY, one_way, strict=True))}
 
 
 def _band_used(saved) -> str:

@@ -1,4 +1,4 @@
-"""Chapter 6's recommendations, computed from the evidence of this build.
+"""The choosing chapter's recommendations, computed from the evidence of this build.
 
 Each `Advice` names the evidence groups it rests on (`deepdive.evidence` keys) and what to
 recommend for each side a verdict can favour. Only comparisons of PyTorch with JAX are
@@ -10,7 +10,9 @@ claims favour different sides, it depends on the case, and says which; where par
 scope was not measured in this build (bf16 without a compiled PyTorch step, say), it is
 "partly decided" and names the part. Every recommendation names the device it was
 measured on, and the scope (workload and size, device, scale) comes with it, with a
-warning when that device is a CPU, whose results say nothing about GPUs.
+warning when that device is a CPU, whose results say nothing about GPUs. Every ratio is
+stated one way, PyTorch's time over JAX's (above 1: JAX took less time). Each cell is a
+sentence or two: the whole comparison of every claim is in the evidence table.
 `bottom_line` sums the guide up by situation.
 """
 
@@ -23,7 +25,12 @@ import pandas as pd
 from deepdive.env import is_cpu_label
 from deepdive.evidence import MISSING, NOT_MEASURED, WITHHELD
 
-CPU_WARNING = "a CPU result: it says nothing about GPUs (see the published anchors)"
+__all__ = ["ADVICE", "CPU_WARNING", "RATIO", "STATUSES", "Advice", "case_labels", "guide_table",
+           "recommend", "scope_of"]
+
+CPU_WARNING = "a CPU result, no GPU evidence"
+# The one direction every ratio of the guide is stated in.
+RATIO = "PyTorch time / JAX time"
 
 
 @dataclass(frozen=True)
@@ -57,13 +64,11 @@ ADVICE = (
            _frameworks("JAX under jax.jit", "PyTorch under torch.compile"), "02_jit_xla"),
     Advice("training a ViT, each framework's best checked step, fp32 strict and bf16 mixed",
            ("vit_fp32", "vit_bf16"),
-           _frameworks("JAX: its best jax.jit step (the evidence names it)",
-                       "PyTorch: its best step (the evidence names it)"), "05_vit_training",
+           _frameworks("JAX's best jax.jit step", "PyTorch's best step"), "05_vit_training",
            detail=True, parts={"vit_fp32": "fp32 strict", "vit_bf16": "bf16 mixed"}),
     Advice("training a language model (a nanoGPT-style GPT), each framework's best checked "
            "step, fp32 strict and bf16 mixed", ("lm_fp32", "lm_bf16"),
-           _frameworks("JAX: its best jax.jit step (the evidence names it)",
-                       "PyTorch: its best step (the evidence names it)"), "04_gpt_training",
+           _frameworks("JAX's best jax.jit step", "PyTorch's best step"), "04_gpt_training",
            detail=True, parts={"lm_fp32": "fp32 strict", "lm_bf16": "bf16 mixed"}),
     Advice("PyTorch code through XLA (PyTorch/XLA lazy or openxla, torchax; torch 2.9) "
            "against JAX on the same model", ("xla_route",),
@@ -71,10 +76,8 @@ ADVICE = (
                        "the PyTorch model through XLA (see which route)"),
            "05_vit_xla", detail=True),
     Advice("parameters and optimizer state sharded across devices", ("fsdp_memory",),
-           {"either framework": "PyTorch FSDP2 and JAX FSDP each held about 1/n of them "
-                                "on each of n devices (the evidence gives n and the "
-                                "shares; persistent state only: not peak memory, "
-                                "gradients or activations)",
+           {"either framework": "PyTorch FSDP2 and JAX FSDP each held about 1/n of the "
+                                "state on each of n devices (persistent state only)",
             "PyTorch": "PyTorch FSDP2: only it held about 1/n per device",
             "JAX": "JAX FSDP: only it held about 1/n per device",
             "neither": "neither framework held about 1/n per device"}, "06_distributed",
@@ -90,7 +93,7 @@ def scope_of(question: str) -> str:
 def case_labels(questions) -> list[str]:
     """What tells the cases of one advice apart: the parts of their scopes that not all of
     them share ("batch 8" and "batch 32"), else the compared pair."""
-    scopes = [[part.strip() for part in scope_of(q).split(",")] for q in questions]
+    scopes = [scope_of(q).split(", ") for q in questions]
     shared = set.intersection(*(set(parts) for parts in scopes)) if scopes else set()
     labels = [", ".join(p for p in parts if p not in shared) for parts in scopes]
     if len(set(labels)) < len(labels) or not all(labels):
@@ -125,11 +128,11 @@ def recommend(advice: Advice, table: pd.DataFrame) -> dict:
             status = {"decided": "partly decided", "withheld": "withheld",
                       "depends on the case": "partly decided, depends on the case"}[status]
         if unmeasured:
-            named = "; ".join(f"{advice.parts.get(key, key)}: " + "; ".join(
-                rows.loc[rows["group"] == key, "result"]) for key in unmeasured)
-            suggestion += f" Not measured in this build: {named}."
+            named = " and ".join(advice.parts.get(key, key) for key in unmeasured)
+            suggestion += f" Not measured in this build: {named} (the evidence says why)."
     return {"if you need": advice.need, "this build suggests": suggestion, "status": status,
             "evidence": "; ".join(rows["result"]), "measured at": _scope(advice, measured),
+            RATIO: _ratios(measured),
             "chapter": advice.chapter, "favours": "; ".join(sides), "timed": advice.timed,
             "devices": "; ".join(dict.fromkeys(d for d in measured["device"] if d))}
 
@@ -162,15 +165,47 @@ def _decide(advice: Advice, rows: pd.DataFrame) -> tuple[str, str, list[str]]:
 
 
 def _scope(advice: Advice, rows: pd.DataFrame) -> str:
+    """The row's scope in one line: what its cases share, what tells them apart, the
+    variants each side ran where the row compares each side's best, the device and scale."""
     if rows.empty or (rows["device"] == "").all():
         return ""
-    workloads = " | ".join(dict.fromkeys(q if advice.detail else scope_of(q)
-                                         for q in rows["question"]))
+    scopes = [scope_of(q).split(", ") for q in rows["question"]]
+    shared = [p for p in scopes[0] if all(p in other for other in scopes)]
+    differ = list(dict.fromkeys(", ".join(p for p in parts if p not in shared) for parts in scopes))
+    workload = ", ".join(shared) + (f" ({' | '.join(d for d in differ if d)})"
+                                    if any(differ) else "")
+    if advice.detail:
+        sides = (" | ".join(dict.fromkeys(rows[side])) for side in ("candidate", "baseline"))
+        workload += "; {} against {}".format(*sides)
     devices = list(dict.fromkeys(d for d in rows["device"] if d))
     scales = ", ".join(dict.fromkeys(s for s in rows["scale"] if s))
-    text = f"{workloads}; on {', '.join(devices)}, {scales} scale"
+    text = f"{workload}; on {', '.join(devices)}, {scales} scale"
     cpu = advice.timed and any(is_cpu_label(d) for d in devices)
     return f"{text}; {CPU_WARNING}" if cpu else text
+
+
+def _ratios(rows: pd.DataFrame) -> str:
+    """PyTorch time / JAX time of each timed case, with its 95% interval: '1.45 [1.31,
+    1.60]', or 'batch 8: 1.01 [0.97, 1.05]; batch 32: ...' for several cases."""
+    timed = rows[rows["torch_over_jax"].notna()] if "torch_over_jax" in rows else rows.iloc[:0]
+    if timed.empty:
+        return ""
+    labels = _short_labels(timed) if len(timed) > 1 else [""]
+    return "; ".join(f"{label + ': ' if label else ''}{r.torch_over_jax:.2f} "
+                     f"[{r.torch_over_jax_low:.2f}, {r.torch_over_jax_high:.2f}]"
+                     for label, r in zip(labels, timed.itertuples(), strict=True))
+
+
+def _short_labels(rows: pd.DataFrame) -> list[str]:
+    """case_labels, or where the cases share their scope, what ran on the side that
+    differs (the candidate, else the baseline)."""
+    labels = case_labels(rows["question"])
+    if labels != [q.split(": ", 1)[-1] for q in rows["question"]]:
+        return labels
+    for side in ("candidate", "baseline"):
+        if rows[side].nunique() == len(rows):
+            return list(rows[side])
+    return labels
 
 
 def guide_table(table: pd.DataFrame, advice=ADVICE) -> pd.DataFrame:
