@@ -29,7 +29,7 @@ export PYTHONHASHSEED := 0
 # A build's chapter 6 reads that build's own evidence, whatever a reader's shell exports.
 unexport DEEPDIVE_EVIDENCE
 # Names this build (UTC start and commit); each chapter stamps its results with it, so the
-# Reproduce page can say which build measured what (deepdive.provenance).
+# Reproduce page can say which build measured what (deepdive.book.provenance).
 ifndef DEEPDIVE_BUILD_ID
 DEEPDIVE_BUILD_ID := $(shell date -u +%Y%m%dT%H%M%SZ)-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo no-git)
 endif
@@ -61,9 +61,9 @@ $(XLA_STAMP): requirements-xla.txt
 	touch $(XLA_STAMP)
 
 # DEEPDIVE_BUILD=1 keeps progress bars out of the executed pages. The build first measures,
-# once, what every page reads: its tie band and the CPU's peak (deepdive.calibration).
+# once, what every page reads: its tie band and the CPU's peak (deepdive.book.calibration).
 book: $(STAMP) $(XLA_ENV_IF_WANTED)
-	DEEPDIVE_BUILD=1 $(BIN)/python -m deepdive.calibration
+	DEEPDIVE_BUILD=1 $(BIN)/python -m deepdive.book.calibration
 	DEEPDIVE_BUILD=1 $(BIN)/jupyter-book build . -W --keep-going
 
 test: book $(RUNTIME_STAMP)

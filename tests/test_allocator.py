@@ -1,4 +1,4 @@
-"""deepdive.allocator: the regime every page times under, put in force and observed."""
+"""deepdive.core.allocator: the regime every page times under, put in force and observed."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from deepdive import allocator
+from deepdive.core import allocator
 
 PROBE = ("import json; from deepdive import allocator; "
          "print(json.dumps([allocator.describe(), allocator.serves_from_heap()]))")

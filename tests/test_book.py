@@ -15,7 +15,7 @@ import pytest
 import yaml
 from bs4 import BeautifulSoup
 
-from deepdive import plan, plans
+from deepdive.book import plan, plans
 
 ALL_FOUND = ("The results of every measuring page (every chapter before this one, with the "
              "PyTorch/XLA page) were found.")
@@ -31,7 +31,7 @@ GLUED_TABLES = {"01_vmap": "tbl-vmap-speedups", "02_jit_xla": "tbl-jit-verdict",
                 "03_torch_compile": "tbl-compile-verdict",
                 "05_vit_training": "tbl-vit-summary", "04_gpt_training": "tbl-gpt-summary",
                 "06_distributed": "tbl-distributed-verdict", "07_choosing": "tbl-evidence"}
-# The chapters whose every comparison is a claim in claims.csv, decided by deepdive.verdict.
+# The chapters whose every comparison is a claim in claims.csv, decided by deepdive.core.verdict.
 # The distributed chapter makes claims on real devices only (several GPUs): on simulated
 # ones it times nothing, and the build's claims.csv says which it did.
 CLAIM_CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "05_vit_training",
@@ -172,7 +172,7 @@ def test_the_reproduce_page_and_chapter_6_name_the_same_build_behind_each_chapte
 
 
 def test_every_guide_row_states_where_it_was_measured():
-    from deepdive.guide import ADVICE, CPU_WARNING
+    from deepdive.chapters.guide import ADVICE, CPU_WARNING
 
     soup = page("notebooks/07_choosing")
     header = [" ".join(th.get_text().split()) for th in soup.find(id="tbl-guide").find_all("th")]
@@ -245,7 +245,7 @@ def claims_of(chapter):
 def test_claims_csv_holds_every_required_column_and_the_claim_chapters():
     import pandas as pd
 
-    from deepdive.claims import COLUMNS
+    from deepdive.book.claims import COLUMNS
 
     frame = pd.read_csv(ROOT / "_build" / "results" / "claims.csv")
     assert tuple(frame.columns) == COLUMNS
@@ -258,7 +258,7 @@ def test_claims_csv_holds_every_required_column_and_the_claim_chapters():
 def test_every_claim_reads_on_its_page_as_the_file_says(chapter):
     """The box and the summary table show each claim's verdict, recomputed from claims.csv
     with the one rule: the page cannot say what the file does not."""
-    from deepdive.claims import describe, reread_verdict
+    from deepdive.book.claims import describe, reread_verdict
 
     soup = page(f"notebooks/{chapter}")
     # Sphinx's smart quotes turn a question's apostrophe into a curly one in the box.
@@ -317,7 +317,7 @@ def test_a_chapters_plan_on_this_cpu_is_within_a_factor_of_two_of_its_run_time(c
 
 
 def test_the_site_publishes_the_evidence_chapter_6_can_read_on_its_own():
-    from deepdive.evidence import EVIDENCE_FILES
+    from deepdive.chapters.evidence import EVIDENCE_FILES
 
     for name in EVIDENCE_FILES:
         published = HTML / "results" / name
@@ -333,7 +333,7 @@ def test_the_xla_page_measured_every_route_in_this_build():
         pytest.skip("the PyTorch/XLA route did not run in this build (DEEPDIVE_SKIP_XLA=1)")
     import torch
 
-    from deepdive import xla_route
+    from deepdive.models import xla_route
 
     soup = page("notebooks/05_vit_xla")
     text = " ".join(soup.get_text().split())
@@ -369,7 +369,7 @@ def built_claims():
 
 
 def test_every_claim_says_why_its_verdict_reads_as_it_does():
-    from deepdive.claims import reread_reason
+    from deepdive.book.claims import reread_reason
 
     frame = built_claims()
     for _, claim in frame.iterrows():
@@ -383,7 +383,7 @@ def test_every_page_read_the_builds_one_tie_band_and_cpu_peak():
     calibration, not from each page."""
     import pandas as pd
 
-    from deepdive import calibration
+    from deepdive.book import calibration
 
     saved = calibration.Calibration.from_json(
         (ROOT / "_build" / "results" / calibration.FILE_NAME).read_text())
@@ -413,7 +413,7 @@ def test_no_two_claims_make_one_comparison():
 def test_every_pages_provenance_records_the_allocator_regime_in_force():
     import pandas as pd
 
-    from deepdive import allocator
+    from deepdive.core import allocator
 
     stamps = pd.read_csv(ROOT / "_build" / "results" / "provenance.csv")
     measuring = stamps[stamps["chapter"].isin([*EVIDENCE_CHAPTERS, "methodology"])]

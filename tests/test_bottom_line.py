@@ -1,4 +1,4 @@
-"""deepdive.bottom_line: the guide by situation, and the slides' verdicts beside it, every
+"""deepdive.chapters.bottom_line: the guide by situation, and the slides' verdicts beside it, every
 cell built from the guide and the dated sources, one sentence each."""
 
 import re
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from test_evidence import results_for
 
-from deepdive import bottom_line, evidence, guide
+from deepdive.chapters import bottom_line, evidence, guide
 
 DATA = Path(__file__).resolve().parents[1] / "book" / "data"
 ANCHORS = pd.read_csv(DATA / "published_anchors.csv")

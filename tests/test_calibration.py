@@ -1,11 +1,12 @@
-"""deepdive.calibration: one tie band and one CPU peak per build, read by every page."""
+"""deepdive.book.calibration: one tie band and one CPU peak per build, read by every page."""
 
 import dataclasses
 
 import pytest
 
-from deepdive import calibration, flops, provenance
-from deepdive.verdict import TieBand
+from deepdive.book import calibration, provenance
+from deepdive.core import flops
+from deepdive.core.verdict import TieBand
 
 
 @pytest.fixture(autouse=True)

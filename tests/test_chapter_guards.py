@@ -7,7 +7,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from deepdive import plans
+from deepdive.book import plans
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CHAPTERS = sorted(p.stem for p in NOTEBOOKS.glob("0*.md"))
@@ -62,7 +62,7 @@ def test_every_chapter_takes_its_sizes_from_the_plans_and_checks_its_plan_first(
     planned = first(rf'plans\.plan\("{chapter}", SCALE, .*\n?.*\)\.check\(\)', source)
     measured = first(r"\b(compare|measure|measure_tie_band|spawn|spawn_each)\(", source)
 
-    assert "by_scale(" not in source, "sizes live in deepdive.plans, where tests check them"
+    assert "by_scale(" not in source, "sizes live in deepdive.book.plans, where tests check them"
     if plans.sizes(chapter, "small") is not None:  # chapter 3: fixed tiny shapes, no sizes
         assert f'plans.sizes("{chapter}"' in source
     assert planned is not None and measured is not None and planned < measured

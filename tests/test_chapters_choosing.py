@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 from test_evidence import SCALES, claim_row, results_for
 
-from deepdive import bottom_line, evidence, guide
-from deepdive.chapters import choosing, claim_map
+from deepdive.chapters import bottom_line, choosing, claim_map, evidence, guide
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "book" / "data"
@@ -168,7 +167,7 @@ def test_missing_chapters_are_named_loudly():
 
 
 def test_the_provenance_tables_list_every_chapter_the_guide_reads(tmp_path, monkeypatch):
-    from deepdive import provenance
+    from deepdive.book import provenance
 
     monkeypatch.setattr(provenance, "build_id", lambda: "b1")
     monkeypatch.setattr(provenance, "commit", lambda: "c")

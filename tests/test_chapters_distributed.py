@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from deepdive import torch_distributed as td
 from deepdive.chapters import distributed as d
-from deepdive.timing import Timing
+from deepdive.core.timing import Timing
+from deepdive.models import torch_distributed as td
 
 matplotlib.use("Agg")
 

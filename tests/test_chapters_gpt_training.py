@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deepdive import plan, plans
+from deepdive.book import plan, plans
+from deepdive.book.claims import Claims
 from deepdive.chapters import gpt_training as gt
-from deepdive.claims import Claims
-from deepdive.timing import Timing
-from deepdive.verdict import TieBand
+from deepdive.core.timing import Timing
+from deepdive.core.verdict import TieBand
 
 FP32, BF16 = gt.gpt_precisions(True)["fp32"], gt.gpt_precisions(True)["bf16"]
 CPU = plan.cpu_target("a test CPU", 1, 8 * 2**30)

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from deepdive.book.claims import Claim
 from deepdive.chapters import jit_xla
-from deepdive.claims import Claim
-from deepdive.timing import Timing
+from deepdive.core.timing import Timing
 
 NUMBERS = {"faster": (2.0, 1.9, 2.1), "slower": (0.5, 0.45, 0.55), "tie": (1.0, 0.99, 1.01),
            "withheld": (1.02, 1.0, 1.05)}
@@ -238,7 +238,7 @@ def test_break_even_counts_read_as_prose():
 
 
 def test_stage_table_divides_compile_cost_by_time_saved():
-    from deepdive.compilation import CompileStages
+    from deepdive.core.compilation import CompileStages
 
     runs = {4: [CompileStages(0.001, 0.002, 0.007)] * 3}
     fusion = {4: {"JAX op by op": timing("e", 0.004), "jax.jit": timing("j", 0.002),
@@ -342,7 +342,7 @@ def test_no_cache_used_fails_on_a_new_kernel_library(tmp_path):
 
 
 def test_save_records_writes_timings_compile_costs_and_bandwidth(tmp_path, monkeypatch):
-    from deepdive.results import Results
+    from deepdive.book.results import Results
 
     monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(tmp_path))
     table = pd.DataFrame({"jax.jit trace (ms)": [1.0], "jax.jit lower (ms)": [2.0],
@@ -363,7 +363,7 @@ def test_figures_draw_without_error():
     import matplotlib
 
     matplotlib.use("Agg")
-    from deepdive.compilation import CompileStages
+    from deepdive.core.compilation import CompileStages
 
     t, copies = fusion_timings()
     fusion = {1: t, 2: t}

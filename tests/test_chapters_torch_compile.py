@@ -11,7 +11,7 @@ from torch._functorch.partitioners import default_partition, min_cut_remateriali
 from torch._inductor.decomposition import select_decomp_table
 
 from deepdive.chapters import torch_compile as tc
-from deepdive.timing import Timing
+from deepdive.core.timing import Timing
 
 
 def timing(label, samples, session=1):

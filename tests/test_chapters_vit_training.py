@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from deepdive.chapters import vit_training as vt
-from deepdive.timing import OutOfMemory
+from deepdive.core.timing import OutOfMemory
 
 
 def test_precisions_add_tf32_only_on_a_gpu_with_native_bf16():
@@ -178,7 +178,7 @@ def bench():
     from flax import nnx
     from transformers import ViTConfig, ViTForImageClassification
 
-    from deepdive import vit
+    from deepdive.models import vit
 
     config = ViTConfig(image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=1,
                        num_attention_heads=2, intermediate_size=32, num_labels=3)

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from deepdive import xla_route
 from deepdive.chapters import vit_xla as vx
+from deepdive.models import xla_route
 
 HERE = {"torch matmul precision": "highest", "jax matmul precision": "highest",
         **{f"version of {n}": "1.0" for n in vx.SAME_LIBRARIES}}

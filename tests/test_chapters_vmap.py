@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from deepdive.chapters import vmap as ch
-from deepdive.timing import Timing
+from deepdive.core.timing import Timing
 
 matplotlib.use("Agg")
 

@@ -1,11 +1,10 @@
-"""deepdive.claims: one file of claims, and prose glued from that file, not from memory."""
+"""deepdive.book.claims: one file of claims, and prose glued from that file, not from memory."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from deepdive import env
-from deepdive.claims import (
+from deepdive.book.claims import (
     COLUMNS,
     Claims,
     cite,
@@ -15,8 +14,9 @@ from deepdive.claims import (
     glue_noise,
     load_claims,
 )
-from deepdive.timing import Timing
-from deepdive.verdict import TieBand
+from deepdive.core import env
+from deepdive.core.timing import Timing
+from deepdive.core.verdict import TieBand
 
 
 @pytest.fixture(autouse=True)

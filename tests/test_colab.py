@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from deepdive import colab
+from deepdive.book import colab
 
 ROOT = Path(__file__).resolve().parents[1]
 MINIMUM = colab.minimums(ROOT)

@@ -1,4 +1,4 @@
-"""deepdive.compilation: JAX's stages timed cold, kernels counted in optimized HLO."""
+"""deepdive.core.compilation: JAX's stages timed cold, kernels counted in optimized HLO."""
 
 import json
 import math
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from deepdive.compilation import (
+from deepdive.core.compilation import (
     Kernel,
     break_even_calls,
     collectives,
@@ -22,7 +22,7 @@ from deepdive.compilation import (
     keep_loss,
     uses_cuda_graphs,
 )
-from deepdive.timing import compilations
+from deepdive.core.timing import compilations
 
 HLO = """HloModule demo
 %fused_a (p: f32[8]) -> f32[8] {
@@ -128,7 +128,7 @@ import jax
 jax.config.update("jax_num_cpu_devices", 4)
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
-from deepdive.compilation import collectives
+from deepdive.core.compilation import collectives
 mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
 x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("data")))
 grad = jax.jit(jax.grad(lambda w, x: jnp.mean((x @ w) ** 2)))

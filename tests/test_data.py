@@ -1,4 +1,4 @@
-"""deepdive.data: download and cache, a labelled synthetic fallback, nanoGPT-style
+"""deepdive.models.data: download and cache, a labelled synthetic fallback, nanoGPT-style
 batches."""
 
 import http.server
@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from deepdive.data import SHAKESPEARE_CHARS, batches, shakespeare_chars
+from deepdive.models.data import SHAKESPEARE_CHARS, batches, shakespeare_chars
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
 

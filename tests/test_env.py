@@ -1,4 +1,4 @@
-"""deepdive.env: the build's scale and the provenance printed beside every number."""
+"""deepdive.core.env: the build's scale and the provenance printed beside every number."""
 
 import os
 import subprocess
@@ -10,7 +10,7 @@ import psutil
 import pytest
 import torch
 
-from deepdive import env
+from deepdive.core import env
 
 GIB = 2**30
 T4, H100 = ("Tesla T4", 15 * GIB), ("NVIDIA H100 80GB HBM3", 80 * GIB)
@@ -228,7 +228,7 @@ def test_pin_cpu_threads_refuses_once_jax_is_imported():
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to pin to 1")
 def test_pin_cpu_threads_gives_torch_and_the_process_the_same_count():
-    code = ("import os, torch; from deepdive.env import pin_cpu_threads; pin_cpu_threads(1); "
+    code = ("import os, torch; from deepdive.core.env import pin_cpu_threads; pin_cpu_threads(1); "
             "print(len(os.sched_getaffinity(0)), torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 

@@ -1,10 +1,10 @@
-"""deepdive.equality: a multi-step check sees a missing momentum; a one-step check cannot."""
+"""deepdive.core.equality: a multi-step check sees a missing momentum; a one-step check cannot."""
 
 import numpy as np
 import pytest
 
-from deepdive import torch_distributed as td
-from deepdive.equality import assert_same_parameters, largest_difference
+from deepdive.core.equality import assert_same_parameters, largest_difference
+from deepdive.models import torch_distributed as td
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-6)  # chapter 5's fp32 tolerance
 
@@ -80,7 +80,7 @@ def test_matches_accepts_each_frameworks_output_and_rejects_a_wrong_one():
     import jax.numpy as jnp
     import torch
 
-    from deepdive import equality
+    from deepdive.core import equality
 
     check = equality.matches(np.arange(3.0))
     check(torch.arange(3.0))

@@ -1,5 +1,5 @@
-"""deepdive.evidence and deepdive.guide read this build's claims: change them, and the
-evidence and the guide change; results shaped like every scale build a guide."""
+"""deepdive.chapters.evidence and deepdive.chapters.guide read this build's claims: change
+them, and the evidence and the guide change; results shaped like every scale build a guide."""
 
 import math
 from pathlib import Path
@@ -7,13 +7,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from deepdive import evidence, guide, plans
-from deepdive.claims import COLUMNS as CLAIM_COLUMNS
-from deepdive.results import COLUMNS as RECORD_COLUMNS
+from deepdive.book import plans
+from deepdive.book.claims import COLUMNS as CLAIM_COLUMNS
+from deepdive.book.results import COLUMNS as RECORD_COLUMNS
+from deepdive.chapters import evidence, guide
 
 
 # What each scale's build looks like: its device label, and the sizes that name claims,
-# read from the chapters' own sizes (deepdive.plans); medium runs on one GPU, so its JAX
+# read from the chapters' own sizes (deepdive.book.plans); medium runs on one GPU, so its JAX
 # devices are simulated on the CPU and PyTorch's ranks run there too.
 def build_shape(scale, device, devices, bf16):
     return {"device": device, "devices": devices, "bf16": bf16,
@@ -93,7 +94,7 @@ def results_for(scale="small", skip=(), override=None, divided=True):
 
 def noisy_override(claim_id, numbers):
     """Results with one claim's numbers replaced and its decision band widened: a noisy
-    side, as `deepdive.verdict.decide` saves it."""
+    side, as `deepdive.core.verdict.decide` saves it."""
     found = results_for()
     claims = found["claims"]
     where = claims["claim_id"] == claim_id

@@ -1,4 +1,4 @@
-"""deepdive.flops: formulas against worked examples, counters against each other."""
+"""deepdive.core.flops: formulas against worked examples, counters against each other."""
 
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from deepdive.flops import (
+from deepdive.core.flops import (
     NoDatasheetPeak,
     Peak,
     bf16_is_native,
@@ -201,7 +201,7 @@ def test_bf16_is_native_only_with_the_instructions_for_it(flags, capability, nat
 
 
 def test_measured_copy_bandwidth_counts_read_and_write_of_each_copy():
-    from deepdive.flops import measured_copy_bandwidth
+    from deepdive.core.flops import measured_copy_bandwidth
 
     bytes_per_s, timing = measured_copy_bandwidth(2**24)
 
@@ -210,7 +210,7 @@ def test_measured_copy_bandwidth_counts_read_and_write_of_each_copy():
 
 
 def test_measured_copy_bandwidth_rejects_a_bad_size():
-    from deepdive.flops import measured_copy_bandwidth
+    from deepdive.core.flops import measured_copy_bandwidth
 
     with pytest.raises(ValueError, match="n_bytes must be an integer >= 4"):
         measured_copy_bandwidth(2)
@@ -220,7 +220,7 @@ def test_measured_copy_bandwidth_rejects_a_bad_size():
     (2e11, 1e11, "torch.mm"), (1e11, 3e11, "JAX 1024^3")])
 def test_build_peak_on_a_cpu_takes_the_better_rate_of_the_two_frameworks(
         monkeypatch, torch_rate, jax_rate, source):
-    import deepdive.flops as flops_module
+    import deepdive.core.flops as flops_module
 
     monkeypatch.setattr(flops_module, "measured_matmul_peak", lambda dtype: Peak(
         torch_rate, dtype, f"measured on this machine: best {dtype} torch.mm rate"))

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deepdive.gpt import GPT, GPTConfig, adamw
+from deepdive.models.gpt import GPT, GPTConfig, adamw
 
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11)
 

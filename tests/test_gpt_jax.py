@@ -1,4 +1,4 @@
-"""The Flax NNX GPT twin, its weight port and its proof, checked against `deepdive.gpt.GPT`.
+"""The Flax NNX GPT twin, its weight port and its proof, checked against `deepdive.models.gpt.GPT`.
 
 The configurations differ from the GPT page's on purpose (depth, odd head counts, biases,
 sequence and vocabulary sizes that are not powers of two), so neither the twin nor the port
@@ -15,7 +15,8 @@ import pytest
 import torch
 from flax import nnx
 
-from deepdive import gpt, gpt_jax, parity, plan, plans
+from deepdive.book import plan, plans
+from deepdive.models import gpt, gpt_jax, parity
 
 CONFIGS = {"3 layers, 3 heads, biases": gpt.GPTConfig(3, 3, 48, 20, 37, bias=True),
            "1 layer, 2 heads": gpt.GPTConfig(1, 2, 32, 12, 11)}

@@ -9,9 +9,9 @@ for, and are skipped on a machine without CUDA.
 import pytest
 import torch
 
-from deepdive import parity
-from deepdive import torch_distributed as td
-from deepdive.compilation import keep_loss, uses_cuda_graphs
+from deepdive.core.compilation import keep_loss, uses_cuda_graphs
+from deepdive.models import parity
+from deepdive.models import torch_distributed as td
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -1,12 +1,12 @@
-"""deepdive.memory on allocations of known size."""
+"""deepdive.core.memory on allocations of known size."""
 
 import jax
 import numpy as np
 import pytest
 import torch
 
-from deepdive import env
-from deepdive.memory import (
+from deepdive.core import env
+from deepdive.core.memory import (
     host_call_peak,
     host_peak_rss,
     is_out_of_memory,

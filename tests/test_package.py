@@ -21,19 +21,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "deepdive"
 LAYERS = ("core", "models", "book", "chapters")  # lowest first: each imports only lower
-# flat-layout: begin
-# Where each module of the flat layout belongs, until the modules move into the layers'
-# subpackages (issue 27); a module in a subpackage belongs to that layer.
-FLAT_LAYERS = {
-    **dict.fromkeys(("env", "sync", "allocator", "memory", "timing", "verdict", "equality",
-                     "flops", "compilation"), "core"),
-    **dict.fromkeys(("gpt", "gpt_jax", "vit", "parity", "data", "torch_distributed",
-                     "xla_route", "xla_worker"), "models"),
-    **dict.fromkeys(("results", "provenance", "calibration", "claims", "plots", "plan",
-                     "plans", "colab"), "book"),
-    **dict.fromkeys(("stability", "regimes", "evidence", "guide", "bottom_line"), "chapters"),
-}
-# flat-layout: end
+FLAT_LAYERS: dict[str, str] = {}  # every module is in a layer's subpackage
 FRAMEWORKS = ("torch", "jax", "jaxlib", "flax", "optax", "transformers", "torch_xla")
 
 

@@ -1,4 +1,4 @@
-"""The parity proof of chapter 4 (`deepdive.parity`) on configurations unlike the chapter's.
+"""The parity proof of chapter 4 (`deepdive.models.parity`) on configurations unlike the chapter's.
 
 HELD_BACK is the configuration on which the old one-step AdamW check failed: it runs with
 both attention paths of the NNX twin. RECTANGULAR has one input channel, a non-square image
@@ -13,7 +13,7 @@ import torch
 from flax import nnx
 from transformers import ViTConfig, ViTForImageClassification
 
-from deepdive import parity, vit
+from deepdive.models import parity, vit
 
 HELD_BACK = dict(num_channels=2, image_size=40, patch_size=8, num_attention_heads=6,
                  hidden_size=72, intermediate_size=100, num_hidden_layers=3, qkv_bias=True,
@@ -164,7 +164,7 @@ def test_assert_parity_names_every_failing_quantity_and_where():
 
 
 def test_worst_tensor_error_names_the_worst_tensor_and_floors_near_zero_gradients():
-    from deepdive.parity import worst_tensor_error
+    from deepdive.models.parity import worst_tensor_error
 
     expected = {("a", "w"): np.array([3.0, 4.0]), ("b",): np.array([1e-9, 0.0])}
     values = {("a", "w"): np.array([3.0, 4.5]), ("b",): np.array([2e-9, 0.0])}

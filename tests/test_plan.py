@@ -1,4 +1,4 @@
-"""deepdive.plan and deepdive.plans: every chapter's plan at every scale, for the GPUs a
+"""deepdive.book.plan and deepdive.book.plans: every chapter's plan at every scale, for the GPUs a
 reader has or rents, built and checked on a machine without any GPU."""
 
 import math
@@ -9,8 +9,9 @@ import pytest
 import torch
 import yaml
 
-from deepdive import flops, plan, plans
-from deepdive.gpt import GPT, GPTConfig
+from deepdive.book import plan, plans
+from deepdive.core import flops
+from deepdive.models.gpt import GPT, GPTConfig
 
 GIB = 2**30
 # Memory as torch reports it (total_memory): Colab's T4, an L4, the A100s, an H100 SXM.
@@ -181,7 +182,7 @@ def test_the_nnx_twin_at_every_gpu_scale_has_the_planned_parameters_without_allo
     from flax import nnx
     from transformers import ViTConfig
 
-    from deepdive import vit
+    from deepdive.models import vit
 
     sizes = plans.sizes("05_vit_training", scale)
     abstract = nnx.eval_shape(lambda: vit.ViTForImageClassification(

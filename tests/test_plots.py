@@ -1,4 +1,4 @@
-"""deepdive.plots: the house style, timing error bars, the provenance caption."""
+"""deepdive.book.plots: the house style, timing error bars, the provenance caption."""
 
 import matplotlib
 import numpy as np
@@ -7,9 +7,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
-from deepdive import env
-from deepdive.plots import bar_timings, build_note, caption, plot_timings, use_house_style
-from deepdive.timing import Timing
+from deepdive.book.plots import bar_timings, build_note, caption, plot_timings, use_house_style
+from deepdive.core import env
+from deepdive.core.timing import Timing
 
 
 def agg_figure() -> Figure:

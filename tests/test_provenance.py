@@ -1,14 +1,14 @@
-"""deepdive.provenance: each chapter's results carry the build, commit and machine that
+"""deepdive.book.provenance: each chapter's results carry the build, commit and machine that
 measured them, so the site can say which build produced what."""
 
 import numpy as np
 import pytest
 
-from deepdive import provenance
-from deepdive.claims import Claims
-from deepdive.results import Results
-from deepdive.timing import Timing
-from deepdive.verdict import TieBand
+from deepdive.book import provenance
+from deepdive.book.claims import Claims
+from deepdive.book.results import Results
+from deepdive.core.timing import Timing
+from deepdive.core.verdict import TieBand
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +87,7 @@ def test_a_stamp_records_the_framework_versions_that_ran():
 
 
 def test_work_that_ran_on_the_cpu_is_labelled_so_where_a_gpu_is_present(monkeypatch):
-    from deepdive import env
+    from deepdive.core import env
 
     monkeypatch.setattr(env, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
     records = Results("06_distributed", device=env.cpu_label())

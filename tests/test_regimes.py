@@ -1,10 +1,11 @@
-"""deepdive.regimes: what the allocator regime did to a workload, read from the methodology
+"""deepdive.chapters.regimes: what the allocator regime did to a workload, read from the methodology
 page's saved probe, one sentence chosen by the intervals."""
 
 import pandas as pd
 import pytest
 
-from deepdive import allocator, regimes
+from deepdive.chapters import regimes
+from deepdive.core import allocator
 
 
 def saved(kept, defaults, workload="GPT", jax_side="GPT jax.jit"):

@@ -1,12 +1,13 @@
-"""deepdive.results: tidy records saved per chapter and loaded back."""
+"""deepdive.book.results: tidy records saved per chapter and loaded back."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from deepdive import env
-from deepdive.results import COLUMNS, Results, glue, load, results_dir
-from deepdive.timing import Timing
+from deepdive.book.results import COLUMNS, Results, glue, load
+from deepdive.core import env
+from deepdive.core.env import results_dir
+from deepdive.core.timing import Timing
 
 
 @pytest.fixture(autouse=True)

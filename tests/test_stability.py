@@ -1,10 +1,10 @@
-"""deepdive.stability: the probes behind the CPU set-up, and the A/A check's building
+"""deepdive.chapters.stability: the probes behind the CPU set-up, and the A/A check's building
 blocks."""
 
 import pandas as pd
 import pytest
 
-from deepdive import stability
+from deepdive.chapters import stability
 
 
 @pytest.mark.parametrize(("cores", "threads", "block_ms", "message"), [
@@ -18,7 +18,7 @@ def test_a_probe_refuses_a_set_up_that_cannot_run(cores, threads, block_ms, mess
 
 
 def test_the_probes_include_the_timers_block_length_and_a_longer_one():
-    from deepdive.timing import MIN_BLOCK_S
+    from deepdive.core.timing import MIN_BLOCK_S
 
     build = [s for s in stability.SETUPS if s[:2] == (1, 1)]
     assert {s[2] for s in build} == {round(MIN_BLOCK_S * 1000), 3 * round(MIN_BLOCK_S * 1000)}
@@ -39,7 +39,7 @@ def test_a_loaded_machine_starts_one_load_per_core_and_stops_them():
 
 
 def test_the_a_a_check_refuses_fewer_than_two_copies():
-    from deepdive.verdict import TieBand
+    from deepdive.core.verdict import TieBand
 
     with pytest.raises(ValueError, match="copies must be an integer >= 2"):
         stability.aa_under_load(TieBand(0.05), copies=1, load=False)
@@ -97,7 +97,7 @@ def test_a_jax_workload_within_the_tie_band_of_its_one_core_time_is_no_disagreem
 
 
 def test_the_aa_reading_counts_straddles_under_load_and_decisions_on_the_quiet_machine():
-    from deepdive.verdict import TieBand
+    from deepdive.core.verdict import TieBand
 
     quiet = ({"low": 0.98, "high": 1.02}, {"low": 1.11, "high": 1.13},
              {"low": 0.97, "high": 1.05})

@@ -1,4 +1,4 @@
-"""deepdive.sync.block on JAX's asynchronous dispatch, which happens on the CPU too."""
+"""deepdive.core.sync.block on JAX's asynchronous dispatch, which happens on the CPU too."""
 
 import statistics
 import time
@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from deepdive.sync import block
-from deepdive.timing import measure
+from deepdive.core.sync import block
+from deepdive.core.timing import measure
 
 
 @jax.jit

@@ -1,4 +1,4 @@
-"""deepdive.timing on functions whose cost is known: sleeps, busy-waits, jitted calls."""
+"""deepdive.core.timing on functions whose cost is known: sleeps, busy-waits, jitted calls."""
 
 import itertools
 import time
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from deepdive.timing import (
+from deepdive.core.timing import (
     OutOfMemory,
     Timing,
     compare,
@@ -491,7 +491,7 @@ def test_the_readiness_check_is_measured_and_taken_out_of_both_frameworks_sample
     import jax.numpy as jnp
     import torch
 
-    from deepdive.timing import harness_cost
+    from deepdive.core.timing import harness_cost
 
     jax_out, torch_out = jnp.ones(4), torch.ones(4)
     jax_out.block_until_ready()

@@ -1,10 +1,10 @@
-"""deepdive.torch_distributed: N real processes (gloo) train like one, over several steps."""
+"""deepdive.models.torch_distributed: N real processes (gloo) train like one, over several steps."""
 
 import numpy as np
 import pytest
 
-from deepdive import torch_distributed as td
-from deepdive.equality import assert_same_parameters
+from deepdive.core.equality import assert_same_parameters
+from deepdive.models import torch_distributed as td
 
 SMALL = dict(width=32, depth=2, batch_size=8, steps=2, check_steps=3)
 TOLERANCE = dict(rtol=1e-5, atol=1e-7)
@@ -217,7 +217,7 @@ def test_asking_for_cuda_without_it_is_refused_before_any_process_starts(tmp_pat
 
 @pytest.mark.parametrize("strategy", ["single", "ddp", "fsdp2"])
 def test_every_record_says_where_and_in_what_precision_its_rank_ran(runs, strategy):
-    from deepdive.env import cpu_label, is_cpu_label
+    from deepdive.core.env import cpu_label, is_cpu_label
 
     on_cpu = not td._cuda_counts()["cuda_available"]
     for record in runs[strategy]:

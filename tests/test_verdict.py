@@ -1,4 +1,4 @@
-"""deepdive.verdict: the one rule, on synthetic intervals and on real interleaved timings."""
+"""deepdive.core.verdict: the one rule, on synthetic intervals and on real interleaved timings."""
 
 import shutil
 import time
@@ -6,9 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from deepdive import calibration, stability
-from deepdive.timing import Timing, compare
-from deepdive.verdict import (
+from deepdive.book import calibration
+from deepdive.chapters import stability
+from deepdive.core.timing import Timing, compare
+from deepdive.core.verdict import (
     BY_NOISE,
     REASONS,
     TieBand,

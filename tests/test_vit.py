@@ -13,7 +13,7 @@ import torch
 from flax import nnx
 from transformers import ViTConfig, ViTForImageClassification
 
-from deepdive import parity, vit
+from deepdive.models import parity, vit
 
 OTHER_CONFIG = dict(image_size=24, patch_size=6, hidden_size=48, num_hidden_layers=3,
                     num_attention_heads=3, intermediate_size=96, num_labels=7, qkv_bias=False,

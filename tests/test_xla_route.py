@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deepdive import parity, timing, xla_route, xla_worker
+from deepdive.core import timing
+from deepdive.models import parity, xla_route, xla_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = Path("/nonexistent/python")

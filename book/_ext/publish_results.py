@@ -7,8 +7,8 @@ measured (`DEEPDIVE_EVIDENCE=published`) instead of needing every chapter before
 import shutil
 from pathlib import Path
 
-from deepdive.evidence import EVIDENCE_FILES
-from deepdive.results import results_dir
+from deepdive.chapters.evidence import EVIDENCE_FILES
+from deepdive.core.env import results_dir
 
 
 def publish(app, exception):

@@ -1,10 +1,10 @@
 """The choosing chapter's readings (and the intro's): where the evidence comes from, what
 it found, and the sentences and tables the pages show around the guide.
 
-Every sentence here is built from the saved claims (`deepdive.evidence`, decided by the
-book's one verdict rule), the guide's rows (`deepdive.guide`) or the dated files in
+Every sentence here is built from the saved claims (`deepdive.chapters.evidence`, decided by the
+book's one verdict rule), the guide's rows (`deepdive.chapters.guide`) or the dated files in
 `book/data/`; nothing holds a measured value or a typed verdict. Every ratio is stated one
-way, PyTorch's time over JAX's (`deepdive.guide.RATIO`).
+way, PyTorch's time over JAX's (`deepdive.chapters.guide.RATIO`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from deepdive import evidence, guide
-from deepdive.env import is_cpu_label
+from deepdive.chapters import evidence, guide
+from deepdive.core.env import is_cpu_label
 
 __all__ = ["ALL_FOUND", "DECIDED", "UNMEASURED", "at_a_glance", "batched_note",
            "claims_figure", "data_dir", "evidence_dir", "evidence_status", "findings",
@@ -57,7 +57,7 @@ def data_dir() -> Path:
     """The dated files shipped with the book (`book/data/`): under the book's root found
     from the working directory, else beside this package's source tree (a kernel started
     elsewhere, as nbconvert does with a copied notebook)."""
-    from deepdive.env import book_root
+    from deepdive.core.env import book_root
 
     for root in (book_root(), Path(__file__).resolve().parents[3]):
         if (root / "book" / "data").is_dir():
@@ -73,7 +73,7 @@ def evidence_dir(results: Path, environ=os.environ) -> tuple[Path, str | None]:
     if not source:
         return Path(results), None
     if source == evidence.PUBLISHED:
-        from deepdive.results import book_root
+        from deepdive.core.env import book_root
 
         source = evidence.published_results(book_root())
     source = source.rstrip("/") + "/"
@@ -108,7 +108,7 @@ def measured_in(stamp, this_build: str, this_commit: str, source: str | None,
 def provenance_tables(directory: Path, source: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per chapter the guide reads, every stamp saved): the build, commit, time,
     machine and versions that measured each, and which build that was ("measured in")."""
-    from deepdive import provenance
+    from deepdive.book import provenance
 
     this_build, this_commit = provenance.build_id(), provenance.commit()
     stamps = provenance.load(directory).fillna("not recorded (older stamp)")
@@ -221,7 +221,7 @@ def guide_scope(table: pd.DataFrame) -> str:
 def batched_note(claims: pd.DataFrame | None, chapter: str = "01_vmap") -> str:
     """The vmap row's PyTorch side beside PyTorch's hand-batched ops, where the vmap
     chapter timed them: its `*_compile_vs_batched` claims, re-decided."""
-    from deepdive.claims import describe, reread_verdict
+    from deepdive.book.claims import describe, reread_verdict
 
     if claims is None:
         return "The vmap chapter saved no claims in this build."
@@ -327,7 +327,7 @@ def claims_figure(table: pd.DataFrame, source: str | None):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     timed = table[table["ratio"].notna() & table["low"].notna()].reset_index(drop=True)
     if timed.empty:

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from deepdive import env
+from deepdive.core import env
 
 __all__ = ["DEVICE_FLAG", "FRAMEWORK_KEY", "FSDP_READING", "SINGLE", "Layouts",
            "assert_check_catches", "before_jax", "both_ran", "by_torch_name", "bytes_by_device",
@@ -133,7 +133,7 @@ def sgd(momentum: bool = True):
     """The PyTorch worker's SGD (`torch_distributed.SGD`) in optax, or without momentum."""
     import optax
 
-    from deepdive import torch_distributed as td
+    from deepdive.models import torch_distributed as td
 
     return optax.sgd(td.SGD["lr"], momentum=td.SGD["momentum"] if momentum else None)
 
@@ -150,7 +150,7 @@ def jax_batch(batch_size: int, step: int) -> tuple:
     """Global batch number `step`: the very batch the PyTorch processes slice."""
     import jax.numpy as jnp
 
-    from deepdive import torch_distributed as td
+    from deepdive.models import torch_distributed as td
 
     return tuple(jnp.asarray(t.numpy()) for t in td.global_batch(batch_size, step))
 
@@ -307,7 +307,7 @@ def equality_rows(framework: str, runs: dict, reference: dict, steps: int,
     """Each run's losses and parameters against the one-device reference, asserted
     (`equality.assert_same_parameters` fails on a mismatch): one table row per run.
     `runs` maps (strategy, devices) to {"losses", "params"}; `reference` is the same."""
-    from deepdive.equality import assert_same_parameters
+    from deepdive.core.equality import assert_same_parameters
 
     rows = []
     for (strategy, devices), run in runs.items():
@@ -322,7 +322,7 @@ def equality_rows(framework: str, runs: dict, reference: dict, steps: int,
 def assert_check_catches(without_momentum: dict, reference: dict, tolerance: dict,
                          steps: int) -> None:
     """The equality check must fail a run without momentum, or `steps` are too few."""
-    from deepdive.equality import assert_same_parameters
+    from deepdive.core.equality import assert_same_parameters
 
     try:
         assert_same_parameters(without_momentum, reference, **tolerance)
@@ -541,7 +541,7 @@ def step_time_table(timings: dict, torch_runs: dict):
     worker (not claims)."""
     import pandas as pd
 
-    from deepdive.timing import Timing
+    from deepdive.core.timing import Timing
 
     rows = [_time_row("JAX", label, t, "yes") for label, t in timings.items()]
     for (strategy, world), ranks in torch_runs.items():
@@ -696,7 +696,7 @@ def claims_found_simulated(n_devices: int, cpu_threads: int, counted: str, steps
 
 def record(records, model_scope: str, n_params: int, timing_table, jax_timings: dict,
            memory, equality, collectives, n: int) -> None:
-    """Add the chapter's results to `records` (`deepdive.results.Results`), as the choosing
+    """Add the chapter's results to `records` (`deepdive.book.results.Results`), as the choosing
     chapter reads them: the model's scope, step times, memory, equality, collectives."""
     records.add("model", "both", model_scope, "-", "parameters", n_params, "count")
     for row in [] if timing_table is None else timing_table.to_dict("records"):
@@ -740,7 +740,7 @@ def plot_memory_plan(peaks, whole_kib: float, caption: str):
     """XLA's plan per device for each layout, against the whole parameter set."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(9.5, 3.8))
     at = np.arange(len(peaks))
@@ -762,7 +762,7 @@ def plot_memory(memory, counts, caption: str):
     """Parameters and optimizer state on the fullest device, by device count and layout."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(9.5, 4.2))
     for (framework, strategy), rows in memory.groupby(["framework", "strategy"], sort=False):
@@ -792,7 +792,7 @@ def plot_step_times(table, counts, title: str, caption: str):
     paired rounds."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     for ax, (framework, panel) in zip(axes, PANELS.items(), strict=True):

@@ -1,7 +1,7 @@
 """Chapter 4 ({ref}`ch-gpt`): one GPT trained in PyTorch and JAX, and the PyTorch 2.0 slides'
 eager / CUDA-graphs / Inductor benchmark on the same steps, each measured once.
 
-The page builds every (mode, precision) of `deepdive.plans.gpt_twin_modes` from the proven
+The page builds every (mode, precision) of `deepdive.book.plans.gpt_twin_modes` from the proven
 weights with `gpt_train_step`, checks its first step against both fp32 references
 (`check_gpt_first_step`) and times them all in one `compare` per GPT. The rest of this
 module takes the steps apart (`gpt_parts`, `anatomy_rounds`), counts FLOPs two ways, puts
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepdive import parity
+from deepdive.models import parity
 
 __all__ = [
     "ANATOMY_ROUNDS", "BENCHMARK_SLUGS", "BF16_AT_LEAST", "GPTPrecision", "GRADIENT_FLOOR",
@@ -115,8 +115,8 @@ def gpt_train_step(reference, twin_of, batches, mode: str, precision: GPTPrecisi
 def _torch_step(reference, batches, options, precision, device):
     import torch
 
-    from deepdive import gpt_jax
-    from deepdive.compilation import keep_loss, uses_cuda_graphs
+    from deepdive.core.compilation import keep_loss, uses_cuda_graphs
+    from deepdive.models import gpt_jax
 
     model = copy.deepcopy(reference)  # the proven weights (the tie survives a copy)
     optimizer = gpt_jax.ClippedAdamW(model.parameters(), **gpt_jax.TRAINING,
@@ -163,7 +163,8 @@ def _jax_step(model, batches):
     import jax
     from flax import nnx
 
-    from deepdive import gpt_jax, memory
+    from deepdive.core import memory
+    from deepdive.models import gpt_jax
 
     optimizer = nnx.Optimizer(model, gpt_jax.nanogpt_adamw(**gpt_jax.TRAINING), wrt=nnx.Param)
     graphdef, state = nnx.split((model, optimizer))
@@ -195,7 +196,7 @@ def _jax_step(model, batches):
 
 def clipped(gradients: dict) -> dict:
     """The gradients scaled as nanoGPT's clipping at norm `gpt_jax.GRAD_CLIP` scales them."""
-    from deepdive.gpt_jax import GRAD_CLIP
+    from deepdive.models.gpt_jax import GRAD_CLIP
 
     norm = math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64)))
                          for g in gradients.values()))
@@ -208,7 +209,7 @@ def gpt_first_step_references(reference, twin, batch) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from deepdive import gpt_jax
+    from deepdive.models import gpt_jax
 
     family = gpt_jax.family()
     with parity.strict_fp32():
@@ -387,8 +388,8 @@ def slides_anchor():
     import pandas as pd
     import torch
 
-    from deepdive import flops
-    from deepdive.gpt import GPT, GPTConfig
+    from deepdive.core import flops
+    from deepdive.models.gpt import GPT, GPTConfig
 
     a100 = flops.peak_flops("NVIDIA A100-SXM4-40GB", "bf16")[0]
     anchor = pd.DataFrame(SLIDES)
@@ -440,7 +441,7 @@ def gpt_parts(reference, twin_of, batch, device: str) -> dict:
     import torch
     from flax import nnx
 
-    from deepdive import gpt_jax
+    from deepdive.models import gpt_jax
 
     model = copy.deepcopy(reference)
     idx, targets = (torch.from_numpy(a).to(device) for a in batch)
@@ -547,7 +548,7 @@ def anatomy_rounds(steps: dict, rounds: int = ANATOMY_ROUNDS) -> dict:
 
 def paired_change(eager_values, compiled_values) -> tuple[float, float, float]:
     """(median, low, high) of the per-round eager − compiled differences, in ms."""
-    from deepdive.timing import median_interval
+    from deepdive.core.timing import median_interval
 
     d = np.asarray(eager_values) - np.asarray(compiled_values)
     return (float(np.median(d)), *median_interval(d))
@@ -717,7 +718,7 @@ def gpt_twin(reference, dtype=None, **options):
     import jax.numpy as jnp
     from flax import nnx
 
-    from deepdive import gpt_jax
+    from deepdive.models import gpt_jax
 
     model = gpt_jax.GPT(reference.cfg, dtype=dtype or jnp.float32, rngs=nnx.Rngs(0), **options)
     gpt_jax.port_torch_weights(reference, model)
@@ -743,7 +744,7 @@ def slides_size_ratio() -> float:
     the slides' two models' size ratio."""
     import torch
 
-    from deepdive.gpt import GPT, GPTConfig
+    from deepdive.models.gpt import GPT, GPTConfig
 
     with torch.device("meta"):
         return (GPT(GPTConfig(*NANOGPT["GPT-2 124M"][2])).num_parameters()
@@ -754,7 +755,7 @@ def port_table(reference, rows: int = 9):
     """Where the first PyTorch parameters live in the twin, and their layout change."""
     import pandas as pd
 
-    from deepdive import gpt_jax
+    from deepdive.models import gpt_jax
 
     return pd.DataFrame([{"PyTorch parameter": name,
                           "NNX path": ".".join(map(str, gpt_jax.nnx_path(name)[0])),
@@ -766,7 +767,7 @@ def port_table(reference, rows: int = 9):
 def draw_batches(w, corpus, count: int = 8) -> list:
     """`count` batches of (inputs, next-token targets) as NumPy arrays, drawn once: the
     character model reads the corpus, the other random ids over its vocabulary."""
-    from deepdive import data
+    from deepdive.models import data
 
     tokens = corpus.tokens if w.vocab_size == corpus.vocab_size else (
         np.random.default_rng(0).integers(0, w.vocab_size, 200_000))
@@ -783,7 +784,7 @@ TWINS = {"eager": dict(attention="eager"),
 def prove_gpt_twins(workloads, references, batches):
     """`parity.prove` (model, optimizer, training) for the eager-attention twin of every GPT,
     and the model part for the other two forms on the first. Returns (rows, loss curves)."""
-    from deepdive import gpt_jax
+    from deepdive.models import gpt_jax
 
     optimizers = [gpt_jax.optimizer_pair(parity.TRAJECTORY_ADAMW)]
     rows, curves = [], {}
@@ -821,7 +822,7 @@ def plot_loss_curves(workloads, curves):
     """Both frameworks' loss curves per GPT, and their difference against the tolerance."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, axes = plt.subplots(2, len(workloads), figsize=(4.6 * len(workloads), 5.2),
                              sharex=True, squeeze=False, height_ratios=[2, 1])
@@ -838,7 +839,7 @@ def plot_loss_curves(workloads, curves):
                        label="tolerance")
         bottom.set(xlabel="training step", ylabel="|PyTorch - JAX|\n(0 drawn at 1e-9)")
         bottom.legend(fontsize=8)
-    plots.caption(fig, plots.provenance("fp32 strict",
+    plots.caption(fig, plots.build_note("fp32 strict",
                                         extra="nanoGPT's AdamW, clipped at 1.0, eight batches"))
     return fig
 
@@ -869,7 +870,7 @@ def adamw_text(device: str, foreach: bool) -> str:
 
 def analytic_step_flops(reference, w) -> float:
     """nanoGPT's 6N + 12LHQT per token, times the step's tokens."""
-    from deepdive import flops
+    from deepdive.core import flops
 
     cfg = reference.cfg
     return w.batch_size * w.block_size * flops.gpt_flops_per_token(
@@ -922,7 +923,7 @@ MEMORY_TOOL = {"cpu": "peak RSS added by one step (VmHWM after malloc_trim, thre
 def step_memory_mib(step, framework: str, device: str) -> float:
     """What one more step adds (`memory.step_peak`), PyTorch's gradients counted as XLA's
     plan counts JAX's; NaN under CUDA graphs, whose private pool these counters miss."""
-    from deepdive import memory
+    from deepdive.core import memory
 
     if framework == "jax":
         return memory.step_peak("jax", device, step, step.plan).mib
@@ -938,7 +939,7 @@ def step_memory_mib(step, framework: str, device: str) -> float:
 
 def gpt_step_row(w, label: str, step, timing, flops_per_step: float, peak, device: str) -> dict:
     """One configuration's row of the step table: time, throughput, MFU, compile, memory."""
-    from deepdive import flops
+    from deepdive.core import flops
 
     mode, precision = label.split(" · ")
     return {"model": w.name, "key": w.key, "framework": gpt_framework(mode), "mode": mode,
@@ -963,7 +964,7 @@ def decide_gpt_claims(claims, key: str, scope: str, t: dict, configs, precisions
     pair widened; and the slides' benchmark (each compiled PyTorch mode against eager, and
     eager bf16 against fp32) with the A/A copy of its baseline as its control. Returns
     (the widened band, {precision: {"torch": best mode, "jax": best mode}})."""
-    from deepdive import verdict
+    from deepdive.core import verdict
 
     band = verdict.widen(tie_band, t["torch eager · fp32"], t["torch eager A/A copy · fp32"])
     best = {}
@@ -1008,7 +1009,7 @@ def aa_table(timings: dict, names: dict, tie_band, bands: dict):
     """Each GPT's A/A pairs (eager against its copy, per precision) beside the bands."""
     import pandas as pd
 
-    from deepdive.timing import speedup
+    from deepdive.core.timing import speedup
 
     rows = []
     for key, t in timings.items():
@@ -1105,7 +1106,7 @@ def plot_steps(results, workloads):
     """Step time (median, IQR) and MFU per configuration, one bar per GPT."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     first = results[results["key"] == workloads[0].key]
     labels = [f"{r.mode} · {r.precision}" for r in first.itertuples()]
@@ -1127,7 +1128,7 @@ def plot_steps(results, workloads):
     axes[0].invert_yaxis()
     axes[0].legend(fontsize=8, loc="upper center", bbox_to_anchor=(1.05, -0.12), ncol=2,
                    frameon=False)
-    plots.caption(fig, plots.provenance("fp32 strict and bf16 mixed, as labelled",
+    plots.caption(fig, plots.build_note("fp32 strict and bf16 mixed, as labelled",
                                         extra="attention: SDPA (PyTorch), XLA (JAX)"))
     return fig
 
@@ -1139,7 +1140,8 @@ def plot_claims(frame):
     from matplotlib.patches import Patch
     from matplotlib.ticker import NullFormatter
 
-    from deepdive import plots, verdict
+    from deepdive.book import plots
+    from deepdive.core import verdict
 
     colors = {"faster": "C2", "slower": "C3", "tie": "C0", "withheld": "0.5"}
     fig, ax = plt.subplots(figsize=(9, 0.34 * len(frame) + 1.6))
@@ -1162,7 +1164,7 @@ def plot_claims(frame):
         Line2D([], [], marker="o", linestyle="", color=color, label=name)
         for name, color in colors.items()]], loc="upper center", bbox_to_anchor=(0.5, -0.12),
         ncol=5, fontsize=8, frameon=False)
-    plots.caption(fig, plots.provenance("precision as named per claim",
+    plots.caption(fig, plots.build_note("precision as named per claim",
                                         extra="questions in the table below"))
     return fig
 
@@ -1171,7 +1173,7 @@ def break_even_column(results, verdicts: dict) -> list[str]:
     """`break_even_text` for every row of the step table (`results`: one row per
     configuration with key, mode, precision, timing and compile (s)); `verdicts` maps
     claim ids to verdicts."""
-    from deepdive.compilation import break_even_calls
+    from deepdive.core.compilation import break_even_calls
 
     eager = {(r["key"], r["precision"]): r["timing"].median for _, r in results.iterrows()
              if r["mode"] == "torch eager"}

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from deepdive import allocator
-from deepdive.claims import PHRASES, describe
-from deepdive.equality import matches
-from deepdive.timing import Timing, compare
+from deepdive.book.claims import PHRASES, describe
+from deepdive.core import allocator
+from deepdive.core.equality import matches
+from deepdive.core.timing import Timing, compare
 
 __all__ = [
     "COLORS", "KEPT", "DEFAULTS", "MADE_TWICE", "HEADLINE_CANDIDATES", "NO_SAVING",
@@ -167,7 +167,7 @@ def compile_new_function(x_torch, k: int):
 def new_pages(fn: Callable, array_pages: float, calls: int = 5, warmup: int = 3) -> float:
     """Minor page faults per call, in arrays' worth of pages, after `warmup` untimed calls.
     Each output is dropped once the next returns, as in compare()."""
-    from deepdive.sync import block
+    from deepdive.core.sync import block
 
     out = block(fn())
     for _ in range(warmup - 1):
@@ -242,7 +242,7 @@ def child(task: str, *args: str) -> None:
     comparisons), `cache_off` (what JAX's cache settings do), `jax_cache` (compile stages
     with a persistent cache folder), `inductor_cache` (first calls with a warm Inductor
     cache). CPU threads are pinned before torch or jax starts."""
-    from deepdive import env
+    from deepdive.core import env
 
     threads = env.pin_cpu_threads()
     tasks = {"defaults": _defaults, "cache_off": _cache_off, "jax_cache": _jax_cache,
@@ -307,7 +307,7 @@ def _cache_off(threads, folder) -> dict:
 def _jax_cache(threads, folder, longest, elements) -> dict:
     import jax
 
-    from deepdive import compilation
+    from deepdive.core import compilation
 
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
@@ -613,7 +613,7 @@ def stage_table(stage_runs: Mapping[int, list], fusion: Mapping[int, Mapping[str
     call (s) and each compiler's break-even calls (compile cost over time saved per call)."""
     import pandas as pd
 
-    from deepdive import compilation
+    from deepdive.core import compilation
 
     rows = []
     for k, runs in stage_runs.items():
@@ -830,7 +830,7 @@ def plot_fusion(fusion, lengths, one_pass_s: float, mib: float, caption: str):
     """Time per call against chain length, per variant, with the plain-copy yardstick."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for variant, color in COLORS.items():
@@ -871,7 +871,7 @@ def plot_allocators(kept, defaults, names, longest: int, mib: float, caption: st
     """Each variant's median under both allocator settings (two processes, not a verdict)."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(8, 5.2))
     _dots(ax, [(KEPT, kept, "s"), ("glibc defaults", defaults, "o")], names, 1e-3)
@@ -888,7 +888,7 @@ def plot_dispatch(dispatch, k: int, caption: str):
     """Each variant's time per call on tiny arrays: the cost is dispatch."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     _dots(ax, [("", dispatch, "o")], list(dispatch), 1e-6)
@@ -903,7 +903,7 @@ def plot_compile_costs(stage_runs, table, labels_by_column, runs: int, caption: 
     """jax.jit's stages, torch.compile's first call and both break-even counts, by k."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     lengths = list(table.index)
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(12, 4.4))

@@ -658,7 +658,7 @@ def choice_table(fns: dict, args: tuple, check, reference_choice: str = "inducto
 def difference_us(a, b) -> tuple[float, float, float]:
     """(median, low, high) of the per-round differences a − b of two timings of one
     `compare` call, in µs per call (95% interval of the median)."""
-    from deepdive.timing import interleaved, median_interval
+    from deepdive.core.timing import interleaved, median_interval
 
     if not interleaved(a, b):
         raise ValueError(f"{a.label!r} and {b.label!r} were not timed in the same rounds")
@@ -735,8 +735,8 @@ def mlp_readings(mode_timings: dict, tiny_timings: dict, claim, tiny_dynamo_us: 
     `backend="eager"` call over op by op (here and on the tiny function), Dynamo's side,
     the guard check, the `GraphModule` call, and the notes that read them (`claim` is the
     decided `mlp_inductor` claim)."""
-    from deepdive.timing import speedup
-    from deepdive.verdict import reach
+    from deepdive.core.timing import speedup
+    from deepdive.core.verdict import reach
 
     plain, eager = mode_timings["PyTorch op by op"], mode_timings["backend=eager"]
     alone = mode_timings["backend=eager: __compiled_fn alone"]
@@ -760,7 +760,7 @@ def plot_mlp_calls(timings: dict, labels: list[str], cpu: bool):
     """One call of the MLP block per backend (and mode), medians with IQR whiskers."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(labels) + 1.4))
     plots.bar_timings(ax, labels, [timings[label] for label in labels], unit="µs", color="C0")
@@ -769,7 +769,7 @@ def plot_mlp_calls(timings: dict, labels: list[str], cpu: bool):
            xlabel="µs per call (median, IQR whiskers)")
     skipped = ("; not timed on a CPU: the CUDA-graph modes (no CUDA graphs to record; same "
                "kernels as inductor) and backend=cudagraphs (skipped on a CPU)") if cpu else ""
-    plots.caption(fig, plots.provenance("fp32 strict", extra="MLP block, 256x64 input" + skipped))
+    plots.caption(fig, plots.build_note("fp32 strict", extra="MLP block, 256x64 input" + skipped))
     return fig
 
 

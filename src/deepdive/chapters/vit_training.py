@@ -131,7 +131,7 @@ class ViTBench:
     MEMORY_CHECK_MODE = "jax.jit split/merge"
 
     def __init__(self, config, reference, twin, device, precisions):
-        from deepdive import vit
+        from deepdive.models import vit
 
         self.config, self.reference, self.twin = config, reference, twin
         self.device, self.precisions = device, precisions
@@ -152,7 +152,7 @@ class ViTBench:
         import torch
         import torch.nn.functional as F
 
-        from deepdive import parity
+        from deepdive.models import parity
 
         attention, compile_options = self.torch_modes[mode]
         model = copy.deepcopy(self.reference).to(self.device).train()
@@ -183,7 +183,8 @@ class ViTBench:
         import jax.numpy as jnp
         from flax import nnx
 
-        from deepdive import flops, memory, parity, vit
+        from deepdive.core import flops, memory
+        from deepdive.models import parity, vit
 
         wrapper, attention = self.jax_modes[mode]
         model = vit.ViTForImageClassification(
@@ -251,7 +252,7 @@ class ViTBench:
         import jax.numpy as jnp
         import torch
 
-        from deepdive import vit
+        from deepdive.models import vit
 
         size = self.config.image_size
         if framework == "torch":
@@ -310,7 +311,7 @@ class ViTBench:
         import torch.nn.functional as F
         from flax import nnx
 
-        from deepdive import vit
+        from deepdive.models import vit
 
         images, labels = self.synthetic_batch("torch", batch_size)
         twin = copy.deepcopy(self.reference).to(self.device).train()
@@ -330,7 +331,7 @@ class ViTBench:
         """Gradients (AdamW: first moment / (1 - b1)) or the SGD update, keyed by NNX path."""
         from flax import nnx
 
-        from deepdive import parity, vit
+        from deepdive.models import parity, vit
 
         if framework == "torch":
             named = list(step.model.named_parameters())
@@ -352,7 +353,7 @@ class ViTBench:
     def sgd_update_in_fp32(self, path, gradient):
         """The reference's SGD update as it lands on fp32 weights: near 1.0 (LayerNorm
         scales) the spacing of fp32 numbers is as large as a whole step of lr x gradient."""
-        from deepdive import parity
+        from deepdive.models import parity
 
         after = self.proven[path] - np.float32(parity.SGD["lr"]) * gradient.astype(np.float32)
         return after.astype(np.float64) - self.proven[path]
@@ -361,7 +362,7 @@ class ViTBench:
                          optimizer_name):
         """Compare a variant's first step with both fp32 references; raise when it
         disagrees."""
-        from deepdive.parity import worst_tensor_error
+        from deepdive.models.parity import worst_tensor_error
 
         values = self.first_step_values(framework, step, optimizer_name)
         row = {"variant": variant, "batch": batch_size}
@@ -407,8 +408,8 @@ class ViTBench:
         included) and checked; out of memory becomes an `OutOfMemory` result."""
         from torch._dynamo.utils import counters
 
-        from deepdive import memory
-        from deepdive.timing import OutOfMemory
+        from deepdive.core import memory
+        from deepdive.core.timing import OutOfMemory
 
         framework, precision = self.framework_of(mode), self.precisions[precision_key]
         counts = (counters["stats"]["unique_graphs"],
@@ -439,7 +440,7 @@ class ViTBench:
     def step_memory_mib(self, step):
         """What one more step adds: CUDA's peak for PyTorch, XLA's plan for JAX on a GPU,
         the host's high-water mark (thread arenas trimmed) on a CPU."""
-        from deepdive import memory
+        from deepdive.core import memory
 
         if self.device == "cuda" and step.framework == "torch":
             return memory.torch_cuda_peak(step.run).mib
@@ -451,8 +452,8 @@ class ViTBench:
     def time_and_record(self, experiment, steps, batch_size, feed="synthetic"):
         """Time the built steps in one compare() call, then read each one's memory (the
         tool check's plain reading before any trimming)."""
-        from deepdive import memory
-        from deepdive.timing import OutOfMemory, compare
+        from deepdive.core import memory
+        from deepdive.core.timing import OutOfMemory, compare
 
         ready = {label: s for label, s in steps.items() if not isinstance(s, OutOfMemory)}
         timings = compare({label: s.run for label, s in ready.items()},
@@ -513,8 +514,8 @@ def compile_label(new_graphs: int, cache_hits: int, inductor_warm: bool) -> str:
 
 def summarize_row(row: dict, peaks: dict, flops_per_image: float) -> dict:
     """One timed row as the tables show it: step time, throughput, MFU, compile, memory."""
-    from deepdive import flops
-    from deepdive.timing import OutOfMemory
+    from deepdive.core import flops
+    from deepdive.core.timing import OutOfMemory
 
     t = row["timing"]
     if isinstance(t, OutOfMemory):
@@ -684,7 +685,7 @@ def published_anchors_path():
     directory, else beside this package's source tree (nbconvert runs a copied notebook)."""
     from pathlib import Path
 
-    from deepdive.env import book_root
+    from deepdive.core.env import book_root
 
     for root in (book_root(), Path(__file__).resolve().parents[3]):
         path = root / "book" / "data" / "published_anchors.csv"

@@ -2,14 +2,15 @@
 
 The checks and sentences of the page that runs the ViT's PyTorch training step through
 PyTorch/XLA (lazy tensors, `torch.compile` with the openxla backend) and torchax in a worker
-process (`deepdive.xla_route`, `deepdive.xla_worker`): the worker's settings checked against
-this process's, each route's versions and mode-table row, and the verdicts read as prose."""
+process (`deepdive.models.xla_route`, `deepdive.models.xla_worker`): the worker's settings
+checked against this process's, each route's versions and mode-table row, and the verdicts
+read as prose."""
 
 from __future__ import annotations
 
 import math
 
-from deepdive import xla_route
+from deepdive.models import xla_route
 
 __all__ = [
     "torch_here",
@@ -222,7 +223,7 @@ def this_process() -> dict:
     import jax
     import torch
 
-    from deepdive import xla_worker
+    from deepdive.models import xla_worker
 
     here = {"torch threads": torch.get_num_threads(),
             "CPU affinity": ", ".join(map(str, sorted(os.sched_getaffinity(0)))),

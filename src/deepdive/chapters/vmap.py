@@ -3,7 +3,7 @@ around them, its figures, and the readings that turn its timings and verdicts in
 page's sentences and tables.
 
 The page shows the technique (`torch.func.vmap`, `jax.vmap`, `vmap(grad)`) and calls these
-for the rest. `sizes` arguments are a chapter's sizes from `deepdive.plans.sizes("01_vmap",
+for the rest. `sizes` arguments are a chapter's sizes from `deepdive.book.plans.sizes("01_vmap",
 scale)`; `sweep` is `{(workload, batch): {variant: Timing}}`; `verdict_of` maps claim ids to
 the verdict read back from claims.csv.
 """
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from deepdive import env
-from deepdive.timing import Timing
+from deepdive.core import env
+from deepdive.core.timing import Timing
 
 __all__ = [
     "ATTENTION_CALLS", "GRAD_CLAIMS", "PRECISION", "STYLE", "WORKLOADS", "at_set_readings",
@@ -215,7 +215,7 @@ def grad_reference(params, x, y) -> dict[str, np.ndarray]:
 
 def grads_check(expected: Mapping[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-5):
     """A `compare` check: every named gradient within fp32's tolerance of float64's."""
-    from deepdive.equality import as_numpy
+    from deepdive.core.equality import as_numpy
 
     def check(out) -> None:
         for name, want in expected.items():
@@ -308,8 +308,8 @@ def time_sweep(sizes, device: str, progress=env.progress):
     import torch
     from torch._dynamo.utils import counters
 
-    from deepdive.equality import matches
-    from deepdive.timing import compare
+    from deepdive.core.equality import matches
+    from deepdive.core.timing import compare
 
     sweep, calls = {}, {}
     points = [(w, b) for w in WORKLOADS for b in sizes.batch_sizes]
@@ -385,7 +385,7 @@ def dot_growth_readings(sweep, batch_sizes: Sequence[int]) -> dict[str, object]:
 
 def faults_per_call(fn: Callable[[], object], calls: int = 5) -> float:
     """Minor page faults of the whole process per call of `fn`, after a warm-up call."""
-    from deepdive.sync import block
+    from deepdive.core.sync import block
 
     block(fn())
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -421,7 +421,7 @@ def kernel_readings(batch_args) -> dict[str, str]:
     """The kernels of the jitted vmapped dot program and of its `fori_loop` twin."""
     import jax
 
-    from deepdive.compilation import describe_kernels, entry_kernels
+    from deepdive.core.compilation import describe_kernels, entry_kernels
 
     def kernels(fn):
         return describe_kernels(entry_kernels(jax.jit(fn).lower(*batch_args).compile().as_text()))
@@ -447,8 +447,8 @@ def first_call_readings(first_calls: pd.DataFrame) -> dict[str, float]:
 
 def break_even_table(sweep, largest: int) -> pd.DataFrame:
     """Calls for each compile to pay for itself at the largest batch
-    (`deepdive.compilation.break_even_calls`)."""
-    from deepdive.compilation import break_even_calls
+    (`deepdive.core.compilation.break_even_calls`)."""
+    from deepdive.core.compilation import break_even_calls
 
     rows = []
     for w in WORKLOADS:
@@ -488,7 +488,7 @@ def break_even_text(verdict_of: Mapping[str, str], break_evens: pd.DataFrame, wo
 
 def per_call_times(fn: Callable[[], object], iterations: int, sync: bool) -> np.ndarray:
     """The seed's method: perf_counter around each call; `sync` adds the missing block."""
-    from deepdive.sync import block
+    from deepdive.core.sync import block
 
     times = []
     for _ in range(iterations):
@@ -505,7 +505,7 @@ def dispatch_table(candidates: Mapping[str, Callable], run_lengths: Sequence[int
                    timer: Callable = per_call_times) -> pd.DataFrame:
     """Unsynced readings against the synced median, for runs of several lengths, each run
     once unsynced and once synced, in both orders (compiled beforehand)."""
-    from deepdive.sync import block
+    from deepdive.core.sync import block
 
     rows = []
     for variant, fn in candidates.items():
@@ -567,8 +567,8 @@ def xla_plan_table(sizes) -> tuple[pd.DataFrame, dict]:
     import jax
     import jax.numpy as jnp
 
-    from deepdive import memory
-    from deepdive.compilation import describe_kernels, entry_kernels
+    from deepdive.core import memory
+    from deepdive.core.compilation import describe_kernels, entry_kernels
 
     rows, kernels_at = [], {}
     for batch in sizes.batch_sizes:
@@ -616,7 +616,7 @@ def peak_setup(framework: str, call: str, sizes, cpu_threads: int, device: str) 
     source = inspect.getsource(fn).replace(f"    import {framework}\n\n", "")
     shape = (sizes.batch_sizes[-1], sizes.seq_len, sizes.head_dim)
     return "\n".join([
-        "import ctypes, gc", "import numpy as np", "from deepdive.sync import block",
+        "import ctypes, gc", "import numpy as np", "from deepdive.core.sync import block",
         f"import torch\nfrom torch.func import vmap\ntorch.set_num_threads({cpu_threads})"
         if framework == "torch" else "import jax\nimport jax.numpy as jnp",
         source, "rng = np.random.default_rng(0)",
@@ -630,8 +630,8 @@ def peak_setup(framework: str, call: str, sizes, cpu_threads: int, device: str) 
 
 def host_peaks(sizes, cpu_threads: int, device: str) -> pd.Series:
     """Peak extra host RSS of one warm attention call at the largest batch, each variant in
-    a fresh process (`deepdive.memory.host_peak_rss`)."""
-    from deepdive import memory
+    a fresh process (`deepdive.core.memory.host_peak_rss`)."""
+    from deepdive.core import memory
 
     return pd.Series({
         variant: memory.host_peak_rss(run=f"block({call})", setup=peak_setup(
@@ -721,9 +721,9 @@ def summary_readings(verdict_of: Mapping[str, str], sweep, break_evens: pd.DataF
 
 def glue_all(values: Mapping[str, object], glue: Callable[[str, object], None] | None = None
              ) -> None:
-    """Glue every value under its key (`deepdive.results.glue` unless told)."""
+    """Glue every value under its key (`deepdive.book.results.glue` unless told)."""
     if glue is None:
-        from deepdive.results import glue
+        from deepdive.book.results import glue
     for key, value in values.items():
         glue(key, value)
 
@@ -748,7 +748,7 @@ def plot_grads(timings: Mapping[str, Timing], batch: int, caption: str):
     """Bars of the seven per-example-gradient variants."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
     plots.bar_timings(ax, list(timings), list(timings.values()), unit="ms",
@@ -763,7 +763,7 @@ def plot_sweep(sweep, batch_sizes: Sequence[int], caption: str):
     """Time per call against batch size: PyTorch's variants above, JAX's below."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     variants = list(sweep["dot", batch_sizes[0]])
     fig, axes = plt.subplots(2, 2, figsize=(11, 8.5), sharex=True)
@@ -790,7 +790,7 @@ def plot_first_calls(first_calls: pd.DataFrame, sweep, largest: int, caption: st
     """First call against steady-state median (IQR whiskers) at the largest batch."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
     for ax, workload in zip(axes, WORKLOADS, strict=True):
@@ -818,7 +818,7 @@ def plot_dispatch(dispatch: pd.DataFrame, run_lengths: Sequence[int], largest: i
     """Unsynced median and mean over the synced median, against the run length."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for variant in dict.fromkeys(dispatch.variant):
@@ -842,7 +842,7 @@ def plot_rss(rss: Mapping[str, np.ndarray], batch: int, output_mib: float, capti
     """The seed's psutil RSS delta of each call, beside one output's size."""
     import matplotlib.pyplot as plt
 
-    from deepdive import plots
+    from deepdive.book import plots
 
     fig, ax = plt.subplots(figsize=(7.5, 4))
     for variant, deltas in rss.items():
@@ -862,7 +862,7 @@ def plot_rss(rss: Mapping[str, np.ndarray], batch: int, output_mib: float, capti
 def save_records(sweep, grad_timings, grad_batch: int, peaks: pd.Series, largest: int,
                  dispatch: pd.DataFrame, xla_plan: pd.DataFrame):
     """Every measurement of the chapter into `_build/results/01_vmap.csv`."""
-    from deepdive import results
+    from deepdive.book import results
 
     records = results.Results("01_vmap")
     for (workload, batch), timings in sweep.items():

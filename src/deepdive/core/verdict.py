@@ -1,9 +1,9 @@
 """One rule for every comparison in the book: faster, slower, tie, or withheld.
 
-A comparison is two timings of one `deepdive.timing.compare` call, so their blocks were
+A comparison is two timings of one `deepdive.core.timing.compare` call, so their blocks were
 interleaved round by round. Its ratio is the median of the per-round ratios
 (baseline time / candidate time: above 1, the candidate is faster) with a
-distribution-free 95% interval for that median (`deepdive.timing.speedup`). The verdict
+distribution-free 95% interval for that median (`deepdive.core.timing.speedup`). The verdict
 then reads the interval against a tie band, ratios within [1 / (1 + w), 1 + w]:
 
 - **faster** when the whole interval lies above the band, **slower** when it lies below;
@@ -12,7 +12,7 @@ then reads the interval against a tie band, ratios within [1 / (1 + w), 1 + w]:
   tie from a difference.
 
 The band is the build's run-to-run spread, measured once per build
-(`deepdive.calibration`, which calls `measure_tie_band`): separately built copies of the
+(`deepdive.book.calibration`, which calls `measure_tie_band`): separately built copies of the
 same workloads, timed against each other like any comparison; it reaches as far from 1 as
 nine in ten of their intervals did. Two things can widen it for one comparison, never narrow it:
 
@@ -30,7 +30,7 @@ nine in ten of their intervals did. Two things can widen it for one comparison, 
 
 `tests/test_verdict.py` times A/A pairs on a loaded machine and checks that the rule
 decides at most 5% of them; the methodology page runs the same experiment on every build.
-Chapter 1 introduces the rule; `deepdive.claims` records every verdict.
+Chapter 1 introduces the rule; `deepdive.book.claims` records every verdict.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepdive.timing import Timing, compare, interleaved, speedup
+from deepdive.core.timing import Timing, compare, interleaved, speedup
 
 __all__ = ["BAND_COPIES", "BAND_QUANTILE", "BY_CONTROL", "BY_NOISE", "DECIDED", "FRAMEWORKS",
            "REASONS", "VERDICTS", "TieBand", "Verdict", "best_of", "classify", "decide",
@@ -229,7 +229,7 @@ def measure_tie_band(frameworks: Iterable[str] = FRAMEWORKS, copies: int = BAND_
     of the pairs' reaches, an observed one): with three copies, 18 pairs, so one outlying
     pair does not set the band, and two builds' bands agree more closely. `device` is
     where PyTorch's copies run ("cpu" or "cuda"); JAX's run on its CPU or its default
-    device. A build measures it once (`deepdive.calibration`) and every page reads it.
+    device. A build measures it once (`deepdive.book.calibration`) and every page reads it.
     """
     frameworks = tuple(frameworks)
     unknown = set(frameworks) - set(FRAMEWORKS)

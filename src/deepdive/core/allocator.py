@@ -78,7 +78,7 @@ def keep_freed_memory() -> str:
 
 def restore_trim_threshold(libc=None) -> None:
     """Set glibc's trim threshold back to the regime's (after a measurement that lowered
-    it, `deepdive.memory.host_call_peak`), or to the largest value glibc's own rule
+    it, `deepdive.core.memory.host_call_peak`), or to the largest value glibc's own rule
     reaches where the regime is not in force."""
     libc = libc or ctypes.CDLL("libc.so.6")
     libc.mallopt(_M_TRIM_THRESHOLD, _applied.get("trim threshold", 2 * 32 * 2**20))

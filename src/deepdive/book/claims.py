@@ -1,11 +1,11 @@
 """Every comparative claim of the book, in one file: `_build/results/claims.csv`.
 
-A chapter decides each comparison with `deepdive.verdict` and records it here; its prose
+A chapter decides each comparison with `deepdive.core.verdict` and records it here; its prose
 then glues the verdicts back **from the file** (`glue_claims`), recomputing each verdict
 from the saved ratio, interval and band, so the words on the page can only say what the
 numbers in the file say. Each row also says why its verdict reads as it does (`reason`:
 an interval outside or inside the band, one straddling it, or a decided verdict with a
-noisy side), the build's band (`build_band`, one per build: `deepdive.calibration`) and
+noisy side), the build's band (`build_band`, one per build: `deepdive.book.calibration`) and
 the band the rule applied (`tie_band`, widened by an A/A control or a noisy side, as
 `widened_by` says). Chapter 6 reads the same file. Chapter 1 introduces it.
 """
@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from deepdive import env, provenance
-from deepdive.env import results_dir
-from deepdive.results import glue as glue_value
-from deepdive.timing import Timing
-from deepdive.verdict import (
+from deepdive.book import provenance
+from deepdive.book.results import glue as glue_value
+from deepdive.core import env
+from deepdive.core.env import results_dir
+from deepdive.core.timing import Timing
+from deepdive.core.verdict import (
     BY_CONTROL,
     REASONS,
     TieBand,
@@ -79,20 +80,20 @@ class Claims:
     def __init__(self, chapter: str, band: TieBand | None = None, device: str | None = None,
                  versions: dict | None = None):
         """`band` is the build's tie band for the device the timings ran on, by default
-        read from the build's calibration (`deepdive.calibration.tie_band`). `device`
+        read from the build's calibration (`deepdive.book.calibration.tie_band`). `device`
         labels where the timings ran; by default `env.device_label()` (the GPU when there
         is one): pass `env.cpu_label()` for work that ran on the CPU anyway. `versions`
         names the torch and jax that ran, where this process's are not all of them
-        (`deepdive.provenance.stamp`)."""
+        (`deepdive.book.provenance.stamp`)."""
         if not chapter or not isinstance(chapter, str):
             raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
         if band is None:
-            from deepdive import calibration
+            from deepdive.book import calibration
 
             on_cpu = device is not None and env.is_cpu_label(device)
             band = calibration.tie_band("cpu" if on_cpu or env.gpu_name() is None else "cuda")
         if not isinstance(band, TieBand):
-            raise TypeError(f"band must be a deepdive.verdict.TieBand, got {band!r}")
+            raise TypeError(f"band must be a deepdive.core.verdict.TieBand, got {band!r}")
         self.chapter, self.band, self.versions = chapter, band, versions
         self.claims: dict[str, Claim] = {}
         # One measurement, one claim: a second id for a pair already claimed is an alias.
@@ -113,7 +114,7 @@ class Claims:
         a workload can spread more than the small ones the band was measured on. `band`
         replaces the build's band for this claim (one widened by an A/A pair of another
         workload timed in the same rounds, `verdict.widen`); it may not be narrower. A
-        noisy side widens the band further (`deepdive.verdict.decide`).
+        noisy side widens the band further (`deepdive.core.verdict.decide`).
         """
         if not claim_id.isidentifier():
             raise ValueError(f"claim_id must be a Python identifier (it names glue keys), "
@@ -239,7 +240,7 @@ def glue_noise(timings, glue: Callable[[str, object], None] = glue_value) -> dic
     variants timed in the same rounds) and `extended_sets` (sets that ran more than the
     standard rounds: when any variant of a set is noisy, all of them get more rounds, so
     that they stay paired). Returns what it glued."""
-    from deepdive.timing import BLOCKS
+    from deepdive.core.timing import BLOCKS
 
     sessions = {t.session: t.n for t in timings}
     counts = {"timing_count": len(timings),

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from deepdive import env, provenance
-from deepdive.env import results_dir
-from deepdive.timing import Timing
+from deepdive.book import provenance
+from deepdive.core import env
+from deepdive.core.env import results_dir
+from deepdive.core.timing import Timing
 
 __all__ = ["COLUMNS", "GLUE_PREFIX", "Record", "Results", "glue", "load"]
 
-book_root = env.book_root  # transitional: removed by restructure.py
 
 COLUMNS = ("chapter", "experiment", "framework", "variant", "size", "metric", "value",
            "unit", "device", "scale")
@@ -42,7 +42,7 @@ class Results:
         """`device` labels where the values were measured; by default
         `env.device_label()`: pass `env.cpu_label()` for work that ran on the CPU anyway.
         `versions` names the torch and jax that ran where this process's are not all of
-        them (`deepdive.provenance.stamp`)."""
+        them (`deepdive.book.provenance.stamp`)."""
         if not chapter or not isinstance(chapter, str):
             raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
         self.chapter, self.versions = chapter, versions

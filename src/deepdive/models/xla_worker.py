@@ -3,10 +3,10 @@
 torch_xla's newest release (2.9) needs torch 2.9 and the book runs torch 2.13, so these
 routes run in a second environment (`requirements-xla.txt`, `make xla-env`) and in a
 process of their own. Chapter `05_vit_xla` starts this module with that environment's
-interpreter (`deepdive.xla_route.Worker`). It saves the HF config, the weights and the
+interpreter (`deepdive.models.xla_route.Worker`). It saves the HF config, the weights and the
 batch; this process builds every variant from them (the same weights, never
 re-initialised), returns each variant's logits, loss and gradients for the parity check,
-and times steps with `deepdive.timing`'s own runner, one block per request, so the
+and times steps with `deepdive.core.timing`'s own runner, one block per request, so the
 chapter interleaves these blocks with its own variants' blocks in the same rounds.
 
 Protocol: one JSON request per line on stdin, one JSON reply per line on the stdout this
@@ -14,7 +14,7 @@ process started with. Everything the libraries print goes to stderr instead, so 
 line cannot break a reply. Arrays travel as .npz files in the shared folder.
 
 Only the standard library, numpy, torch 2.9, torch_xla, torchax, jax, optax, flax (which
-torchax imports) and transformers are here, with `deepdive.timing` and `deepdive.parity`
+torchax imports) and transformers are here, with `deepdive.core.timing` and `deepdive.models.parity`
 (numpy at import).
 """
 
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from deepdive import parity
-from deepdive.timing import LocalRunner
-from deepdive.xla_route import COMPILED, EAGER, JAX_TWIN, PARITY_VARIANTS, TORCHAX, VARIANTS
+from deepdive.core.timing import LocalRunner
+from deepdive.models import parity
+from deepdive.models.xla_route import COMPILED, EAGER, JAX_TWIN, PARITY_VARIANTS, TORCHAX, VARIANTS
 
 __all__ = ["HANDLERS", "KINDS", "Session", "compilations", "installed", "load_run", "main",
            "save_run", "serve", "torch_gradients", "torch_step", "torchax_step"]
@@ -139,7 +139,7 @@ class Session:
         if variant == TORCHAX:
             return torchax_step(self.model(), self.images, self.labels)
         if variant == JAX_TWIN:
-            from deepdive import vit
+            from deepdive.models import vit
 
             return (vit.split_merge_step(self.model(), vit.nchw_to_nhwc(self.images),
                                          self.labels, parity.optax_adamw(parity.ADAMW)),
@@ -178,7 +178,7 @@ def compilations() -> dict[str, int]:
     so a Dynamo recompile that hits that cache still shows here."""
     import torch_xla.debug.metrics as met
 
-    from deepdive.timing import compilations as jax_and_dynamo
+    from deepdive.core.timing import compilations as jax_and_dynamo
 
     data = met.metric_data("CompileTime")
     dynamo = _dynamo_graphs()
@@ -201,7 +201,7 @@ def _check_variant(variant: str) -> None:
 
 def _device(variant: str):
     """The XLA device for the XLA routes, the CPU for eager PyTorch (the route runs on the
-    CPU only: `deepdive.xla_route.route_device`)."""
+    CPU only: `deepdive.models.xla_route.route_device`)."""
     import torch
 
     if variant == EAGER:
@@ -249,7 +249,7 @@ def _forward(model, variant: str):
 
 
 def save_run(path: Path, run: dict) -> None:
-    """A run (`deepdive.parity.against_reference`'s shape) as one .npz; `load_run` reads
+    """A run (`deepdive.models.parity.against_reference`'s shape) as one .npz; `load_run` reads
     it."""
     np.savez(path, logits=run["logits"], loss=np.asarray(run["loss"]),
              **{f"grad:{name}": g for name, g in run["gradients"].items()})
@@ -374,7 +374,6 @@ def torchax_step(model, images, labels):
     return step, _block_jax
 
 
-_torchax_step = torchax_step  # transitional: removed by restructure.py
 
 HANDLERS = ("hello", "gradients", "prepare", "time_block", "metrics")
 

@@ -1,4 +1,4 @@
-"""The Flax NNX twin of `deepdive.gpt.GPT`, and the port of its weights.
+"""The Flax NNX twin of `deepdive.models.gpt.GPT`, and the port of its weights.
 
 Chapter `04_gpt_training` trains the same GPT in both frameworks. This module mirrors the
 PyTorch model module for module, under the same names (`blocks.1.attn.qkv`, `ln_f`, ...),
@@ -27,7 +27,7 @@ which XLA's CPU backend differentiates faster (the GPT page measures it).
 `port_torch_weights` copies a PyTorch GPT into the twin and refuses, by name, a parameter
 without a home, a home without a parameter, or a shape that disagrees; an untied PyTorch
 model (its own `head.weight`) has no home here. A transposed square kernel keeps every
-name and shape: only the parity proof (`deepdive.parity`) can catch it.
+name and shape: only the parity proof (`deepdive.models.parity`) can catch it.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from deepdive.gpt import INIT_STD, GPTConfig
-from deepdive.vit import dense
+from deepdive.models.gpt import INIT_STD, GPTConfig
+from deepdive.models.vit import dense
 
 __all__ = ["ATTENTION", "GPT", "GRAD_CLIP", "LAYER_NORM_EPS", "MLP", "TRAINING", "Block",
            "CausalSelfAttention", "ClippedAdamW", "bf16_dot_algorithm", "causal_attention",
@@ -144,7 +144,7 @@ class Block(nnx.Module):
 class GPT(nnx.Module):
     """Token ids in, next-token loss out; the output head is the token embedding (tied).
 
-    cfg: the `deepdive.gpt.GPTConfig` of the PyTorch model it mirrors.
+    cfg: the `deepdive.models.gpt.GPTConfig` of the PyTorch model it mirrors.
     attention: "eager" (the math written out) or "dot_product_attention" (JAX's API, called
         without `implementation=`: XLA's implementation on every device, no fused kernel).
     dtype: the matmuls' and attention's dtype (``jnp.bfloat16`` for autocast's policy).
@@ -156,7 +156,7 @@ class GPT(nnx.Module):
     def __init__(self, cfg: GPTConfig, *, attention: str = "eager", dtype=jnp.float32,
                  param_dtype=jnp.float32, flatten_tokens: bool = False, rngs: nnx.Rngs):
         if not isinstance(cfg, GPTConfig):
-            raise TypeError(f"GPT needs a deepdive.gpt.GPTConfig, got {type(cfg).__name__}")
+            raise TypeError(f"GPT needs a deepdive.models.gpt.GPTConfig, got {type(cfg).__name__}")
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         init = nnx.initializers.normal(INIT_STD)
@@ -206,7 +206,7 @@ def cross_entropy(logits, targets):
 
 def nanogpt_adamw(lr: float, weight_decay: float = 0.1, b1: float = 0.9, b2: float = 0.95,
                   eps: float = 1e-8, clip: float | None = GRAD_CLIP):
-    """The twin of `deepdive.gpt.adamw` after nanoGPT's gradient clipping: optax's
+    """The twin of `deepdive.models.gpt.adamw` after nanoGPT's gradient clipping: optax's
     `clip_by_global_norm(clip)` then `adamw`, weight decay on parameters of two or more
     dimensions only (matrices and embeddings), as nanoGPT's `configure_optimizers`.
     PyTorch's `clip_grad_norm_` divides by the norm plus 1e-6, optax by the norm alone:
@@ -221,13 +221,13 @@ def nanogpt_adamw(lr: float, weight_decay: float = 0.1, b1: float = 0.9, b2: flo
 
 
 class ClippedAdamW:
-    """PyTorch's side of `nanogpt_adamw`: `clip_grad_norm_`, then `deepdive.gpt.adamw`'s
+    """PyTorch's side of `nanogpt_adamw`: `clip_grad_norm_`, then `deepdive.models.gpt.adamw`'s
     step, as nanoGPT's training loop runs them. `step()` acts on the gradients present."""
 
     def __init__(self, params, lr: float, weight_decay: float = 0.1, b1: float = 0.9,
                  b2: float = 0.95, eps: float = 1e-8, clip: float | None = GRAD_CLIP,
                  fused: bool | None = None):
-        from deepdive.gpt import adamw
+        from deepdive.models.gpt import adamw
 
         self.params = list(params)
         self.clip = clip
@@ -279,7 +279,7 @@ def torch_arrays_as_nnx(named_arrays) -> dict[tuple, np.ndarray]:
 
 
 def port_torch_weights(torch_model, model: GPT) -> None:
-    """Copy every parameter of a PyTorch `deepdive.gpt.GPT` into `model`, in place.
+    """Copy every parameter of a PyTorch `deepdive.models.gpt.GPT` into `model`, in place.
 
     Refuses, naming it: a model of another configuration (a head count changes no name or
     shape), a parameter that is not fp32, a PyTorch parameter with no place in the twin (an
@@ -321,8 +321,8 @@ TRAINING = dict(lr=1e-3, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)
 
 
 def optimizer_pair(hyper: dict):
-    """nanoGPT's clipped AdamW in each framework, for `deepdive.parity.optimizer_parity`."""
-    from deepdive.parity import OptimizerPair
+    """nanoGPT's clipped AdamW in each framework, for `deepdive.models.parity.optimizer_parity`."""
+    from deepdive.models.parity import OptimizerPair
 
     return OptimizerPair("nanoGPT AdamW (decay on matrices, clipped at 1.0)",
                          lambda params: ClippedAdamW(params, **hyper), nanogpt_adamw(**hyper))
@@ -338,8 +338,8 @@ def first_moment(opt_state):
 
 @functools.cache
 def family():
-    """The GPT for `deepdive.parity.prove`: token ids in both frameworks, nanoGPT's AdamW."""
-    from deepdive.parity import Family
+    """The GPT for `deepdive.models.parity.prove`: token ids in both frameworks, nanoGPT's AdamW."""
+    from deepdive.models.parity import Family
 
     return Family("GPT", _torch_forward, _torch_gradients, _jax_loss, np.asarray,
                   _torch_optimizer, _optax)

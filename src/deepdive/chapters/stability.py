@@ -1,6 +1,6 @@
 """How steady timings are on this machine: the experiments behind the timing protocol,
 re-run on every build by the methodology page. `probes` times the book's workloads per CPU
-set-up (behind `deepdive.env.CPU_BUILD_THREADS` and the one core of a CPU build);
+set-up (behind `deepdive.core.env.CPU_BUILD_THREADS` and the one core of a CPU build);
 `aa_under_load` checks that the verdict rule decides almost no A/A pair on a deliberately
 loaded machine.
 
@@ -8,7 +8,7 @@ Each probe is a fresh Python process (XLA fixes its thread pool at start-up) on 
 cores with `threads` compute threads per framework, timing workloads of the book
 interleaved: a PyTorch and a JAX matmul and attention batch, and two per-call workloads in
 each framework (a tiny op and a batch of dot products), where what a call costs around its
-arithmetic decides. `python -m deepdive.stability CORES THREADS` prints one probe as JSON.
+arithmetic decides. `python -m deepdive.chapters.stability CORES THREADS` prints one probe as JSON.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def probe(cores: int, threads: int, block_ms: int = 10,
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if threads > cores:
         raise ValueError(f"threads ({threads}) cannot exceed cores ({cores})")
-    done = subprocess.run([sys.executable, "-m", "deepdive.stability", str(cores),
+    done = subprocess.run([sys.executable, "-m", "deepdive.chapters.stability", str(cores),
                            str(threads), str(block_ms)],
                           capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
@@ -71,7 +71,7 @@ def probes(setups=SETUPS, repeats: int = 2):
 
 def setup_label(cores: int, threads: int, block_ms: int) -> str:
     """'1 core, 1 thread', with the block length where it is not the timer's."""
-    from deepdive.timing import MIN_BLOCK_S
+    from deepdive.core.timing import MIN_BLOCK_S
 
     label = f"{cores} core{'s' if cores > 1 else ''}, {threads} thread{'s' if threads > 1 else ''}"
     return label if block_ms == round(MIN_BLOCK_S * 1000) else f"{label}, {block_ms} ms blocks"
@@ -125,11 +125,11 @@ def findings(probes, chosen_threads: int, tolerance: float) -> dict:
 
 def aa_probe(copies: int = 3, timeout_s: float = 600):
     """`aa_under_load` in a fresh process set up as a page is (threads, allocator regime,
-    fp32 precision), against the build's tie band (`deepdive.calibration`); one row per
+    fp32 precision), against the build's tie band (`deepdive.book.calibration`); one row per
     A/A pair."""
     import pandas as pd
 
-    done = subprocess.run([sys.executable, "-m", "deepdive.stability", "aa", str(copies)],
+    done = subprocess.run([sys.executable, "-m", "deepdive.chapters.stability", "aa", str(copies)],
                           capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"the A/A probe failed:\n{done.stderr[-2000:]}")
@@ -137,7 +137,9 @@ def aa_probe(copies: int = 3, timeout_s: float = 600):
 
 
 def _aa(copies: int) -> list[dict]:
-    from deepdive import allocator, calibration, env, parity
+    from deepdive.book import calibration
+    from deepdive.core import allocator, env
+    from deepdive.models import parity
 
     env.pin_cpu_threads()
     allocator.keep_freed_memory()
@@ -149,7 +151,7 @@ def _aa(copies: int) -> list[dict]:
 
 
 def _run(cores: int, threads: int, block_ms: int) -> dict[str, dict[str, float]]:
-    from deepdive import allocator, env
+    from deepdive.core import allocator, env
 
     os.sched_setaffinity(0, sorted(range(os.cpu_count()))[:cores])  # a probe picks its cores
     if threads < cores:  # XLA would size its pool from the cores: hold it to one thread
@@ -162,7 +164,7 @@ def _run(cores: int, threads: int, block_ms: int) -> dict[str, dict[str, float]]
     import torch
     from torch.func import vmap
 
-    from deepdive.timing import BLOCKS, compare
+    from deepdive.core.timing import BLOCKS, compare
 
     torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
@@ -320,15 +322,15 @@ def aa_under_load(band, copies: int = 3, load: bool = True):
     """How often the verdict rule decides an A/A pair (two separately built copies of one
     workload, which should differ by nothing): every pair of `copies` copies of each of
     `aa_workloads`, all timed in one `compare` while the machine is busy in bursts
-    (`loaded_machine`), each pair decided against `band` by `deepdive.verdict.decide`
+    (`loaded_machine`), each pair decided against `band` by `deepdive.core.verdict.decide`
     (a noisy side widens it). Returns one row per pair; a decided row is a false
     decision. `tests/test_verdict.py` and the methodology page run it."""
     import itertools
 
     import pandas as pd
 
-    from deepdive.timing import compare
-    from deepdive.verdict import decide
+    from deepdive.core.timing import compare
+    from deepdive.core.verdict import decide
 
     if not isinstance(copies, int) or copies < 2:
         raise ValueError(f"copies must be an integer >= 2 (pairs need two), got {copies!r}")

@@ -1,4 +1,4 @@
-"""The experiment behind `deepdive.allocator`: the book's workloads under each allocator
+"""The experiment behind `deepdive.core.allocator`: the book's workloads under each allocator
 regime, one fresh process per regime (glibc reads its settings when a process starts).
 
 Each probe pins one compute thread, as the pages do, builds workloads the chapters time (a
@@ -6,7 +6,7 @@ GPT training step in both frameworks with JAX's two linear-layer forms, a ViT tr
 in both), times them in one interleaved `compare`, and counts the minor page faults a
 steady call takes. The methodology page runs it on every build; the GPT and ViT pages read
 what the regime changed from it. Chapter 2 teaches the effect itself, on an elementwise
-chain, in both regimes. `python -m deepdive.regimes REGIME` runs one probe and
+chain, in both regimes. `python -m deepdive.chapters.regimes REGIME` runs one probe and
 prints it as JSON.
 """
 
@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 
-from deepdive import allocator
+from deepdive.core import allocator
 
 __all__ = ["PAIRS", "REGIMES", "explained", "probe", "probes", "readings", "record", "saved_probes"]
 
@@ -30,7 +30,7 @@ PAIRS = (("GPT", "GPT torch eager", "GPT jax.jit"),
 def probe(regime: str, timeout_s: float = 600) -> dict:
     """Medians, IQR/median, page faults per call and paired ratios of the workloads, timed
     in a fresh process under `regime` (`allocator.DEFAULTS` or `allocator.KEPT`)."""
-    done = subprocess.run([sys.executable, "-m", "deepdive.regimes", regime],
+    done = subprocess.run([sys.executable, "-m", "deepdive.chapters.regimes", regime],
                           capture_output=True, text=True, timeout=timeout_s,
                           env=allocator.child_env(regime))
     if done.returncode != 0:
@@ -83,7 +83,8 @@ def _variants():
     from flax import nnx
     from transformers import ViTConfig, ViTForImageClassification
 
-    from deepdive import gpt, gpt_jax, parity, plans, vit, xla_worker
+    from deepdive.book import plans
+    from deepdive.models import gpt, gpt_jax, parity, vit, xla_worker
 
     variants = {}
     w = plans.sizes("04_gpt_training", "small").workloads[0]
@@ -148,7 +149,7 @@ def _variants():
 def _faults(fn, calls: int = 5) -> float:
     import resource
 
-    from deepdive.sync import block
+    from deepdive.core.sync import block
 
     block(fn())
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -158,14 +159,15 @@ def _faults(fn, calls: int = 5) -> float:
 
 
 def _run(regime: str) -> dict:
-    from deepdive import env, parity
+    from deepdive.core import env
+    from deepdive.models import parity
 
     env.pin_cpu_threads()
     if regime == allocator.KEPT:
         allocator.keep_freed_memory()
     import torch
 
-    from deepdive.timing import BLOCKS, compare, speedup
+    from deepdive.core.timing import BLOCKS, compare, speedup
 
     torch.set_num_threads(env.compute_threads())
     parity.strict_fp32()  # the book's one switch, as every page's set-up
@@ -188,7 +190,7 @@ if __name__ == "__main__":
 
 def saved_probes():
     """The methodology page's saved records (this build's results), or None before it ran."""
-    from deepdive import results
+    from deepdive.book import results
 
     try:
         return results.load("methodology")

@@ -257,7 +257,7 @@ def _from_claims(item: FromClaim, claims: pd.DataFrame | None) -> list[dict]:
 
 
 def _claim_row(item: FromClaim, saved) -> dict:
-    from deepdive.claims import describe, reread_verdict
+    from deepdive.book.claims import describe, reread_verdict
 
     verdict = reread_verdict(saved)
     favours = ("even" if verdict == "tie" else WITHHELD if verdict == "withheld"

@@ -502,7 +502,7 @@ def _vit_torch_forward(model, images_nchw, labels):
 
 
 def _vit_torch_gradients(model):
-    from deepdive.vit import hf_arrays_as_nnx
+    from deepdive.models.vit import hf_arrays_as_nnx
 
     return hf_arrays_as_nnx((name, p.grad.detach().cpu().numpy().copy())
                             for name, p in model.named_parameters())
@@ -516,7 +516,7 @@ def _vit_jax_loss(model, images, labels):
 
 
 def _nchw_to_nhwc(images):
-    from deepdive.vit import nchw_to_nhwc
+    from deepdive.models.vit import nchw_to_nhwc
 
     return nchw_to_nhwc(images)
 

@@ -1,10 +1,10 @@
 """What a build measures once and every page reads: the tie band and the CPU's peak FLOP/s.
 
-The verdict rule needs the build's run-to-run spread (`deepdive.verdict.measure_tie_band`)
-and MFU on a CPU needs a measured peak (`deepdive.flops`). Measured by each page, both
+The verdict rule needs the build's run-to-run spread (`deepdive.core.verdict.measure_tie_band`)
+and MFU on a CPU needs a measured peak (`deepdive.core.flops`). Measured by each page, both
 moved from page to page, so one comparison could read "tie" on one page and "withheld"
 on another, and one step's MFU differ by the page that timed it. So a build measures
-them once, before any page runs (`make book` runs `python -m deepdive.calibration`), and
+them once, before any page runs (`make book` runs `python -m deepdive.book.calibration`), and
 saves them to `_build/results/calibration.json`; every page reads that file. The file lives
 as long as the build's results do: an incremental build, whose cached pages keep the
 verdicts they decided, keeps the calibration those verdicts used, and `make clean` (or a
@@ -26,9 +26,9 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from deepdive import allocator, env, flops
-from deepdive.env import results_dir
-from deepdive.verdict import TieBand, measure_tie_band
+from deepdive.core import allocator, env, flops
+from deepdive.core.env import results_dir
+from deepdive.core.verdict import TieBand, measure_tie_band
 
 __all__ = ["FILE_NAME", "PEAK_DTYPES", "Calibration", "Key", "current", "describe", "device_kinds",
            "load", "main", "measure", "path", "peak", "save", "this_key", "tie_band"]
@@ -52,7 +52,7 @@ class Key:
 @dataclass(frozen=True)
 class Calibration:
     key: Key
-    build_id: str  # the build that measured it (`deepdive.provenance.build_id`)
+    build_id: str  # the build that measured it (`deepdive.book.provenance.build_id`)
     measured_at: str
     bands: dict  # device kind ("cpu", "cuda") -> TieBand
     peaks: dict  # CPU dtype -> {"flops_per_s", "source", "torch", "jax"} (FLOP/s)
@@ -110,7 +110,7 @@ def measure() -> Calibration:
     with the threads, allocator regime and precision the pages use: `main` sets them)."""
     bands = {kind: measure_tie_band(device=kind) for kind in device_kinds()}
     peaks = {dtype: _cpu_peak(dtype) for dtype in PEAK_DTYPES}
-    from deepdive import provenance
+    from deepdive.book import provenance
 
     when = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return Calibration(this_key(), provenance.build_id(), when, bands, peaks)
@@ -199,7 +199,7 @@ def main() -> None:
     env.let_jax_share_the_gpu()
     import torch
 
-    from deepdive import parity
+    from deepdive.models import parity
 
     torch.set_num_threads(env.compute_threads())
     parity.strict_fp32()  # the book's one switch, as every page's set-up

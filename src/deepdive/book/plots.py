@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deepdive import env
-from deepdive.timing import Timing
+from deepdive.core import env
+from deepdive.core.timing import Timing
 
 __all__ = ["bar_timings", "build_note", "caption", "log_axes", "medians_and_whiskers",
            "plot_timings", "use_house_style"]
@@ -50,7 +50,6 @@ def build_note(precision: str, extra: str = "") -> str:
     return " · ".join(parts)
 
 
-provenance = build_note  # transitional: removed by restructure.py
 
 
 def caption(fig, text: str) -> None:

@@ -2,7 +2,7 @@
 and the seed slides' verdicts beside what this build and the sources can say, one sentence
 a cell.
 
-Every sentence is built from data: the guide's rows (`deepdive.guide.guide_table`, this
+Every sentence is built from data: the guide's rows (`deepdive.chapters.guide.guide_table`, this
 build's verdicts), the dated anchors and ecosystem facts in `book/data/`. Nothing here holds
 a measured value or a typed verdict; where nothing was measured, it says so.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from deepdive.env import is_cpu_label
+from deepdive.core.env import is_cpu_label
 
 __all__ = ["FRAMEWORK_SIDES", "SITUATIONS", "bottom_line", "gpu_anchors", "serving_facts",
            "slides_verdicts", "tally", "tpu_facts"]

@@ -1,4 +1,4 @@
-"""Each chapter's sizes at each scale, and the plan built from them (`deepdive.plan`).
+"""Each chapter's sizes at each scale, and the plan built from them (`deepdive.book.plan`).
 
 The sizes live here, not in the notebooks, so that a test can build every chapter's plan
 at every scale for a T4, an L4, an A100 and an H100 on a machine without any GPU, and
@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deepdive import env, flops
-from deepdive.plan import PROCESS_START_S, Call, Plan, Target, Work, alike, compile_seconds
+from deepdive.book.plan import PROCESS_START_S, Call, Plan, Target, Work, alike, compile_seconds
+from deepdive.core import env, flops
 
 __all__ = [
     "CHAPTERS", "DistributedSizes", "F32", "GPTSizes", "GPTWorkload", "JitSizes", "OTHER_S",
@@ -73,7 +73,7 @@ class GPTWorkload:
     @property
     def parameters(self) -> int:
         """Parameters (tied embedding counted once), from the shapes alone: no biases, as
-        `deepdive.gpt` builds it (a test checks the count against the model)."""
+        `deepdive.models.gpt` builds it (a test checks the count against the model)."""
         d, layers = self.n_embd, self.n_layer
         per_layer = 12 * d * d + 2 * d  # attention and MLP weights, two LayerNorm gains
         return self.vocab_size * d + self.block_size * d + layers * per_layer + d
@@ -171,7 +171,7 @@ SIZES = {
     },
     "04_gpt_training": _GPTS,
     # PyTorch/XLA and torchax on chapter 4's small ViT: torch_xla 2.9 has no GPU build, so
-    # the page runs on the CPU at every scale (deepdive.xla_route.SCALE).
+    # the page runs on the CPU at every scale (deepdive.models.xla_route.SCALE).
     "05_vit_xla": {scale: ViTSizes(32, 4, 64, 2, 4, 256, 10, (32,), 15)
                    for scale in ("small", "medium", "full")},
     "06_distributed": {
@@ -232,11 +232,11 @@ def _vmap_works(s: VmapSizes, target: Target) -> list[Work]:
     }
     compiles = (compile_seconds("torch.compile", target.kind)
                 + 3 * compile_seconds("jax.jit", target.kind))
-    for workload, (flops, traffic, out, ops) in per_example.items():
+    for workload, (work, traffic, out, ops) in per_example.items():
         for b in s.batch_sizes:
-            loop = Call(b * flops, b * traffic, b * (ops + 3))
-            at_set = Call(b * flops, b * traffic + b * b * out * F32 / 2, b * (ops + 4))
-            vector = Call(b * flops, b * traffic, ops)
+            loop = Call(b * work, b * traffic, b * (ops + 3))
+            at_set = Call(b * work, b * traffic + b * b * out * F32 / 2, b * (ops + 4))
+            vector = Call(b * work, b * traffic, ops)
             works.append(Work(f"{workload}, batch {b}", (*alike(3, loop), at_set,
                                                          *alike(6, vector)),
                               compile_s=compiles, memory=4 * b * traffic,
@@ -510,7 +510,7 @@ def _distributed_works(s: DistributedSizes, target: Target) -> list[Work]:
     compiled and run for its check. Only on GPUs does the page time anything: PyTorch's
     ranks `TIMED_STEPS` more steps each, and every JAX layout, compiled again, in one
     compare. A CPU target is devices simulated on one CPU, where nothing is timed."""
-    from deepdive.torch_distributed import CHECK_STEPS, TIMED_STEPS
+    from deepdive.models.torch_distributed import CHECK_STEPS, TIMED_STEPS
 
     params = s.n_in * s.width + (s.depth - 1) * s.width**2 + s.width * s.n_out
     step = Call(6 * s.batch * params, 4 * 4 * params * F32, dispatches=20 * s.depth)
@@ -544,13 +544,13 @@ READER_GPUS = {"T4": ("Tesla T4", 15_828_320_256), "L4": ("NVIDIA L4", 23_612_29
 
 
 def main(argv=None) -> int:
-    """`python -m deepdive.plans [GPU ...] [--scale medium|full]`: every chapter's plan for
+    """`python -m deepdive.book.plans [GPU ...] [--scale medium|full]`: every chapter's plan for
     each named GPU (default: all of `READER_GPUS`), and whether it fits, without a GPU."""
     import argparse
 
-    from deepdive.plan import PlanDoesNotFit, cpu_target, gpu_target
+    from deepdive.book.plan import PlanDoesNotFit, cpu_target, gpu_target
 
-    parser = argparse.ArgumentParser(prog="python -m deepdive.plans", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m deepdive.book.plans", description=main.__doc__)
     parser.add_argument("gpus", nargs="*", choices=[[], *READER_GPUS], metavar="GPU",
                         help=f"one of {', '.join(READER_GPUS)} (default: all)")
     parser.add_argument("--scale", choices=("medium", "full"), default="medium")

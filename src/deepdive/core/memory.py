@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepdive import allocator
-from deepdive.sync import block
+from deepdive.core import allocator
+from deepdive.core.sync import block
 
 __all__ = ["MemoryReading", "host_call_peak", "host_peak_rss", "is_out_of_memory",
            "jax_device_peak", "nvml_used", "psutil_rss_deltas", "step_peak", "torch_cuda_peak",
@@ -179,7 +179,7 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
         it without touching a new page, so the reading misses it. With `thread_arenas`,
         `fn` runs once more first with glibc's trim threshold at zero, so every arena
         returns its freed top to the kernel, and the threshold is set back afterwards
-        (to the book's allocator regime, `deepdive.allocator`, where it is in force, else
+        (to the book's allocator regime, `deepdive.core.allocator`, where it is in force, else
         to 64 MiB, the most glibc's own rule sets it to). That extra call is a side effect:
         use it on steps whose state may advance. Chapter 4 checks the readings against
         XLA's plan at every batch size.

@@ -2,7 +2,7 @@
 
 The same `train` runs in processes spawned from a notebook (`spawn`) and under torchrun:
 
-    torchrun --nnodes=2 --nproc-per-node=8 -m deepdive.torch_distributed --strategy fsdp2
+    torchrun --nnodes=2 --nproc-per-node=8 -m deepdive.models.torch_distributed --strategy fsdp2
 
 Where each rank runs is decided by `placement`, a pure function of the counts (unit-tested
 for that command): NCCL on the GPU of the rank's LOCAL_RANK when CUDA is there, gloo on the
@@ -79,9 +79,9 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from deepdive.env import cpu_label
-    from deepdive.parity import strict_fp32
-    from deepdive.sync import block
+    from deepdive.core.env import cpu_label
+    from deepdive.core.sync import block
+    from deepdive.models.parity import strict_fp32
 
     _check(strategy, world, batch_size, device)
     if not isinstance(check_steps, int) or check_steps < 1:

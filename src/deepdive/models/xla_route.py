@@ -3,13 +3,13 @@
 torch_xla 2.9, its newest release, requires torch 2.9; the book pins torch 2.13. So the
 route runs in a second environment built from `requirements-xla.txt` (`make xla-env`; the
 book's build makes it unless `DEEPDIVE_SKIP_XLA=1`) and in a worker process
-(`deepdive.xla_worker`) started with that environment's interpreter. This module decides
+(`deepdive.models.xla_worker`) started with that environment's interpreter. This module decides
 whether the route runs in this build and on which device (pure functions, tested), saves
 the model and batch for the worker, talks to it, and plugs its steps into
-`deepdive.timing.compare` so they are timed in the same interleaved rounds as the
+`deepdive.core.timing.compare` so they are timed in the same interleaved rounds as the
 chapter's own. Chapter `05_vit_xla` explains it.
 
-Imports only the standard library, numpy and `deepdive.timing` (numpy at import) at module
+Imports only the standard library, numpy and `deepdive.core.timing` (numpy at import) at module
 level: the worker imports the variant names from here.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepdive.timing import Runner
+from deepdive.core.timing import Runner
 
 __all__ = ["COMPILED", "DEFAULT_PYTHON", "EAGER", "ENABLE", "JAX_TWIN", "LAZY", "PARITY_VARIANTS",
            "PYTHON_VAR", "REPO", "REQUEST_TIMEOUT_S", "REQUIREMENTS", "SCALE", "SKIP_VAR",
@@ -42,7 +42,7 @@ JAX_TWIN = "JAX jax.jit (Flax NNX twin), in the worker"
 PARITY_VARIANTS = (EAGER, LAZY, COMPILED, TORCHAX)  # checked against torch 2.13 eager
 VARIANTS = (*PARITY_VARIANTS, JAX_TWIN)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REQUIREMENTS = REPO / "requirements-xla.txt"
 DEFAULT_PYTHON = REPO / ".venv-xla" / "bin" / "python"
 SKIP_VAR = "DEEPDIVE_SKIP_XLA"  # "1": do not build or run the side environment
@@ -162,7 +162,7 @@ class Worker:
                            "PYTHONPATH")])))
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
-                [str(python), "-m", "deepdive.xla_worker"], stdin=subprocess.PIPE,
+                [str(python), "-m", "deepdive.models.xla_worker"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=log, text=True, env=environ, cwd=self.folder)
         try:
             pinned = pins() if pinned is None else pinned
@@ -228,7 +228,7 @@ class Worker:
 
 
 class Remote:
-    """A worker variant as a `deepdive.timing.compare` entry (a `timing.TimedElsewhere`):
+    """A worker variant as a `deepdive.core.timing.compare` entry (a `timing.TimedElsewhere`):
     its blocks run in the worker, between the chapter's own variants' blocks, and the
     worker's clock times them (a request's own round trip is not part of a sample).
     `check`, if given, is called with the first two steps' report (their losses among it)
@@ -245,7 +245,7 @@ class Remote:
 
 
 class _RemoteRunner(Runner):
-    """A `deepdive.timing.Runner` whose calls run in the worker: `prepare` and `time_block`
+    """A `deepdive.core.timing.Runner` whose calls run in the worker: `prepare` and `time_block`
     are requests, and the worker's clock times each block."""
 
     def __init__(self, remote: Remote, label: str, session: int):

@@ -315,7 +315,7 @@ def split_merge_step(hf_model, images_nhwc, labels, transform, attention: str = 
     update (an optax transform), with the state donated, and `attention` as the twin takes
     it. Returns ``step() -> loss`` on the given batch. Chapter `05_vit_xla` runs it in its
     own process and in the PyTorch/XLA worker, where the same step in two processes
-    measures what crossing processes costs; `deepdive.regimes` times it per allocator."""
+    measures what crossing processes costs; `deepdive.chapters.regimes` times it per allocator."""
     import functools
 
     import optax

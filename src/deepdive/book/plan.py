@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from deepdive import flops
-from deepdive.env import SCALES
-from deepdive.timing import BLOCKS, MIN_BLOCK_S
+from deepdive.core import flops
+from deepdive.core.env import SCALES
+from deepdive.core.timing import BLOCKS, MIN_BLOCK_S
 
 __all__ = ["BUDGET_S", "CELL_HEADROOM", "CELL_TIMEOUT_S", "COMPILE_S", "CPU_BANDWIDTH_PER_THREAD",
            "CPU_FLOPS_PER_THREAD", "DISPATCH_S", "EFFICIENCY", "MEMORY_HEADROOM", "PROCESS_START_S",
@@ -327,7 +327,7 @@ class Plan:
                 "gradients kept), activations at 68 bytes per token, width and layer in fp32 "
                 "(Korthikanti et al.'s 34 at 16 bits), plus attention scores where no flash "
                 "kernel runs and three copies of the logits, once per allocator or CUDA-graph "
-                "pool that keeps them (deepdive.plans says which).")
+                "pool that keeps them (deepdive.book.plans says which).")
 
 
 def this_target(kind: str) -> Target:
@@ -350,7 +350,7 @@ def host_target(threads: int | None = None) -> Target:
     """This machine's CPU with `threads` compute threads (default: env.compute_threads)."""
     import psutil
 
-    from deepdive import env
+    from deepdive.core import env
 
     return cpu_target(env.cpu_model(), threads or env.compute_threads(),
                       psutil.virtual_memory().total)

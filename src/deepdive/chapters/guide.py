@@ -1,6 +1,6 @@
 """The choosing chapter's recommendations, computed from the evidence of this build.
 
-Each `Advice` names the evidence groups it rests on (`deepdive.evidence` keys) and what to
+Each `Advice` names the evidence groups it rests on (`deepdive.chapters.evidence` keys) and what to
 recommend for each side a verdict can favour. Only comparisons of PyTorch with JAX are
 advice here: a row that cannot decide between the frameworks (one framework's variants,
 simulated devices) stays in its chapter. A recommendation holds only as far as its
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from deepdive.env import is_cpu_label
-from deepdive.evidence import MISSING, NOT_MEASURED, WITHHELD
+from deepdive.chapters.evidence import MISSING, NOT_MEASURED, WITHHELD
+from deepdive.core.env import is_cpu_label
 
 __all__ = ["ADVICE", "CPU_WARNING", "RATIO", "STATUSES", "Advice", "case_labels", "guide_table",
            "recommend", "scope_of"]
@@ -209,5 +209,5 @@ def _short_labels(rows: pd.DataFrame) -> list[str]:
 
 
 def guide_table(table: pd.DataFrame, advice=ADVICE) -> pd.DataFrame:
-    """Every advice row, computed from `table` (deepdive.evidence.evidence_table)."""
+    """Every advice row, computed from `table` (deepdive.chapters.evidence.evidence_table)."""
     return pd.DataFrame([recommend(a, table) for a in advice])

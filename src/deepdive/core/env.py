@@ -43,7 +43,7 @@ def book_root() -> Path:
 
 def results_dir() -> Path:
     """Where this build keeps what it measured: `DEEPDIVE_RESULTS_DIR`, else
-    `_build/results` at the book's root (`deepdive.results` saves each chapter's records
+    `_build/results` at the book's root (`deepdive.book.results` saves each chapter's records
     there; the calibration, provenance and compile caches live beside them)."""
     override = os.environ.get("DEEPDIVE_RESULTS_DIR")
     return Path(override) if override else book_root() / "_build" / "results"
@@ -299,8 +299,8 @@ def cpu_flags() -> set[str]:
 
 def bf16_native(device: str = "cpu") -> bool:
     """Whether bf16 runs in hardware on `device` ("cpu" or "cuda"); see
-    `deepdive.flops.bf16_is_native`. Chapter 3 labels emulated bf16 rows."""
-    from deepdive.flops import bf16_is_native
+    `deepdive.core.flops.bf16_is_native`. Chapter 3 labels emulated bf16 rows."""
+    from deepdive.core.flops import bf16_is_native
 
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")

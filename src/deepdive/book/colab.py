@@ -195,7 +195,7 @@ def install(requirements: list[str], repo: str, book: Path) -> None:
 
 
 def pick_scale(book: Path) -> str:
-    """`deepdive.env.scale()` in a fresh process (this one must not import torch yet:
+    """`deepdive.core.env.scale()` in a fresh process (this one must not import torch yet:
     chapters pin threads first), after JAX has started its backend there, so a GPU plugin
     that fails to load counts; its error, such as JAX on the CPU beside a GPU, is raised."""
     paths = [str(Path(book) / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]

@@ -2,7 +2,7 @@
 
 The method follows `torch.utils.benchmark`'s blocked autorange: calls run in blocks
 grown until a block lasts long enough that timer overhead is negligible, and every
-block ends by waiting for the device (`deepdive.sync.block`). Inside a block each call's
+block ends by waiting for the device (`deepdive.core.sync.block`). Inside a block each call's
 output is dropped when the next call returns, as in a real loop, so the allocator can
 reuse its memory; only the last output is kept, for the sync. That waits for every call
 of the block because each framework finishes a device's work in the order it was
@@ -26,8 +26,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from deepdive.memory import is_out_of_memory
-from deepdive.sync import block, pace
+from deepdive.core.memory import is_out_of_memory
+from deepdive.core.sync import block, pace
 
 __all__ = ["BLOCKS", "BOOTSTRAP_RESAMPLES", "MIN_BLOCK_S", "NOISY_IQR_FRACTION", "LocalRunner",
            "OutOfMemory", "Runner", "TimedElsewhere", "Timing", "compare", "compilations",
@@ -58,7 +58,7 @@ class Timing:
     # Which `compare` call produced it: samples of one session are paired round by round.
     session: int = 0
     # Seconds per call taken out of every sample: the harness's own readiness check
-    # (`deepdive.sync.pace`), measured on this variant's output (`harness_cost`).
+    # (`deepdive.core.sync.pace`), measured on this variant's output (`harness_cost`).
     harness_s: float = 0.0
 
     @property
@@ -157,7 +157,7 @@ def speedup(baseline: Timing, candidate: Timing) -> tuple[float, float, float]:
     the ratio is the median of the per-round ratios baseline/candidate, so a slow round
     slows both sides and cancels, and the interval is `median_interval` of those ratios.
     Otherwise it is median(baseline) / median(candidate) with a bootstrap interval, the
-    two sample sets resampled independently. `deepdive.verdict` turns this into faster,
+    two sample sets resampled independently. `deepdive.core.verdict` turns this into faster,
     slower, tie or inconclusive.
     """
     if candidate is baseline:
@@ -224,7 +224,7 @@ def compare(
 
     Interleaving spreads slow drifts of the machine (thermal, background load) over all
     variants instead of charging them to whichever ran last, and pairs their samples
-    round by round (`speedup`, `deepdive.verdict`). The first round runs in the given
+    round by round (`speedup`, `deepdive.core.verdict`). The first round runs in the given
     order, later ones in a shuffled order (seeded, so a rerun repeats it): a fixed
     rotation would give each variant the same predecessor in almost every round, and
     what a block leaves behind in caches and allocators would bias its successor.
@@ -243,7 +243,7 @@ def compare(
     Chapter 4's batch-size sweep uses it.
 
     A variant may also be `TimedElsewhere`: an object whose ``runner(label, session)``
-    returns a `Runner` timed elsewhere (`deepdive.xla_route.Remote`: steps in another
+    returns a `Runner` timed elsewhere (`deepdive.models.xla_route.Remote`: steps in another
     process, whose own clock times each block); its blocks take their turns in the same
     rounds.
     """
@@ -318,7 +318,7 @@ def table(timings: Mapping[str, Timing], baseline: str | None = None):
 class Runner:
     """One variant's state while `compare` interleaves it with the others: the protocol
     every variant's runner follows, whether its calls run in this process (`LocalRunner`)
-    or elsewhere (a `TimedElsewhere` variant's, such as `deepdive.xla_route.Remote`).
+    or elsewhere (a `TimedElsewhere` variant's, such as `deepdive.models.xla_route.Remote`).
 
     `compare` calls `prepare(warmup, min_block_s, min_calls_per_block)` once (the first
     call, its check, the warm-up and the sizing of blocks), then `time_block()` once per
@@ -361,7 +361,7 @@ class TimedElsewhere(Protocol):
 
 class LocalRunner(Runner):
     """A zero-argument callable timed in this process: `compare`'s runner for a plain
-    variant, and the PyTorch/XLA worker's for its steps (`deepdive.xla_worker`)."""
+    variant, and the PyTorch/XLA worker's for its steps (`deepdive.models.xla_worker`)."""
 
     def __init__(self, label: str, fn: Callable[[], object], sync: Callable | None,
                  check: Callable[[object], None] | None = None, session: int = 0):
@@ -380,7 +380,7 @@ class LocalRunner(Runner):
             previous, self.output = self.output, self.fn()
             # Dropping the previous output, as a loop does, lets its memory be reused:
             # holding every output would charge each call for fresh pages. With a sync,
-            # the previous call is also waited for (`deepdive.sync.pace`), so no more
+            # the previous call is also waited for (`deepdive.core.sync.pace`), so no more
             # than one call runs ahead of the device.
             if self.sync is not None and previous is not None:
                 pace(previous)
@@ -425,7 +425,7 @@ class LocalRunner(Runner):
 
 
 def harness_cost(output, calls: int = 500, repeats: int = 7) -> float:
-    """Seconds the timer's readiness check (`deepdive.sync.pace`) costs on `output`, an
+    """Seconds the timer's readiness check (`deepdive.core.sync.pace`) costs on `output`, an
     output that is already computed, beyond what it costs on an object that needs no wait:
     a loop of `calls` checks of `output` less the same loop over a plain object, the
     smallest of `repeats` such differences. The timer takes it out of every sample, for
@@ -522,7 +522,7 @@ def _check_options(variants, blocks, warmup, min_block_s, min_calls, sync) -> No
         raise ValueError(f"min_block_s must be a number of seconds >= 0, got {min_block_s!r}")
     if sync is not None and not callable(sync):
         raise TypeError(
-            f"sync must be a callable such as deepdive.sync.block, or None; got {sync!r}"
+            f"sync must be a callable such as deepdive.core.sync.block, or None; got {sync!r}"
         )
 
 

@@ -2,7 +2,7 @@
 
 `make book` names every build (`DEEPDIVE_BUILD_ID`: its UTC start time and commit), and
 each chapter stamps the results it saves with that name, its commit, time, device,
-framework versions and the allocator regime its timings ran under (`deepdive.allocator`),
+framework versions and the allocator regime its timings ran under (`deepdive.core.allocator`),
 in `_build/results/provenance.csv`. A chapter served from the execution cache keeps the stamp
 of the build that ran it. The Reproduce page lists the stamps, chapter 6 shows the ones
 its evidence came from, and the site's tests check that the two agree.
@@ -15,8 +15,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from deepdive import env
-from deepdive.env import results_dir
+from deepdive.core import env
+from deepdive.core.env import results_dir
 
 __all__ = ["COLUMNS", "FILE_NAME", "OUTSIDE_BUILD", "UNCOMMITTED", "build_id", "commit", "load",
            "path", "stamp"]
@@ -57,7 +57,7 @@ def stamp(chapter: str, device: str | None = None, versions: dict | None = None)
     (the PyTorch/XLA page's routes run torch 2.9 in a worker)."""
     import pandas as pd
 
-    from deepdive import allocator
+    from deepdive.core import allocator
 
     if not chapter or not isinstance(chapter, str):
         raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")

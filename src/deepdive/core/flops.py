@@ -213,7 +213,7 @@ def measured_matmul_peak(dtype: str = "fp32", device: str = "cpu",
     """
     import torch
 
-    from deepdive.timing import measure
+    from deepdive.core.timing import measure
 
     torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if dtype not in torch_dtypes:
@@ -238,7 +238,7 @@ def jax_matmul_rate(dtype: str = "fp32", n: int = 1024, device: str | None = Non
     import jax
     import jax.numpy as jnp
 
-    from deepdive.timing import measure
+    from deepdive.core.timing import measure
 
     dtypes = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
     if dtype not in dtypes:
@@ -294,7 +294,7 @@ def measured_copy_bandwidth(n_bytes: int = 2**26, device: str = "cpu"):
     """
     import torch
 
-    from deepdive.timing import measure
+    from deepdive.core.timing import measure
 
     if not isinstance(n_bytes, int) or n_bytes < 4:
         raise ValueError(f"n_bytes must be an integer >= 4, got {n_bytes!r}")
