@@ -8,7 +8,7 @@ import pytest
 
 from deepdive.core import allocator
 
-PROBE = ("import json; from deepdive import allocator; "
+PROBE = ("import json; from deepdive.core import allocator; "
          "print(json.dumps([allocator.describe(), allocator.serves_from_heap()]))")
 
 
@@ -28,7 +28,7 @@ def test_a_fresh_process_runs_glibcs_defaults_and_maps_large_blocks_afresh():
 
 @pytest.mark.skipif(not allocator.is_glibc(), reason="glibc only")
 def test_keeping_freed_memory_in_a_running_process_serves_large_blocks_from_the_heap():
-    code = ("import json; from deepdive import allocator; "
+    code = ("import json; from deepdive.core import allocator; "
             "before = allocator.serves_from_heap(); said = allocator.keep_freed_memory(); "
             "print(json.dumps([before, said, allocator.serves_from_heap()]))")
     before, said, after = run(code, allocator.child_env(allocator.DEFAULTS))

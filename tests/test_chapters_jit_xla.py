@@ -376,3 +376,9 @@ def test_figures_draw_without_error():
     labels = {c: ["never", "2"] for c in ("jax.jit break-even calls",
                                           "torch.compile break-even calls")}
     assert jit_xla.plot_compile_costs(runs, table, labels, 3, "cap")
+
+
+def test_one_vs_chain_reading_names_a_compiler_once_when_the_allocator_changed_nothing():
+    text = one_vs_chain("tie", "tie", "withheld", "withheld")
+    assert text.startswith("For jax.jit under both allocator settings the two tied")
+    assert "For torch.compile under both allocator settings the rule withheld" in text

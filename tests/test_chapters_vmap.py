@@ -316,7 +316,10 @@ def test_at_set_readings_grow_or_not():
     assert flat["at_set_output_kib"] == "0 KiB at 2, 0 KiB at 8"
     assert flat["at_set_reading"].startswith("The extra time per write hardly changed")
     grew = ch.at_set_readings(fake_sweep(median(lambda b: b * 1e-6)), [2, 8], SIZES)
-    assert grew["at_set_reading"].startswith("The extra time per write grew")
+    assert grew["at_set_reading"].startswith("The extra time per write grew with the output")
+    some = ch.at_set_readings(fake_sweep(median(lambda b: (1 + b / 16) * 1e-6)), [2, 8], SIZES)
+    assert some["at_set_reading"].startswith("The extra time per write grew 1.33-fold while "
+                                             "the output grew 4-fold: a fixed cost")
 
 
 def test_the_verdict_chosen_sentences():

@@ -142,7 +142,7 @@ def test_before_import_jax_is_on_the_gpu_only_with_a_plugin_a_gpu_and_a_gpu_plat
 def test_pinning_threads_imports_neither_torch_nor_numpy():
     """NumPy's BLAS reads OMP_NUM_THREADS once, when it loads: deciding the thread count
     must not import torch (which loads NumPy) before the variable is set."""
-    code = ("import sys; from deepdive import env; env.pin_cpu_threads(); "
+    code = ("import sys; from deepdive.core import env; env.pin_cpu_threads(); "
             "print('torch' in sys.modules, 'numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "DEEPDIVE_CPU_THREADS": ""})
@@ -202,7 +202,8 @@ def test_describe_reports_the_precision_settings_in_force():
 
 
 def test_helpers_import_no_framework_so_precision_reports_none():
-    code = ("import sys; from deepdive import env, flops, memory, plots, results, sync, timing; "
+    code = ("import sys; from deepdive.core import env, flops, memory, sync, timing; "
+            "from deepdive.book import plots, results; "
             "print(sorted(env.precision()), 'torch' in sys.modules, 'jax' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 

@@ -98,7 +98,7 @@ def this_key() -> Key:
 
 
 def device_kinds() -> tuple[str, ...]:
-    """The devices this build's claims run on: the CPU always (chapter 5's simulated
+    """The devices this build's claims run on: the CPU always (the distributed chapter's simulated
     devices and the PyTorch/XLA page run there on any machine), and the GPU where both
     frameworks see one."""
     gpu = env.gpu_name() is not None and env.jax_sees_gpu()

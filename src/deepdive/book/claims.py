@@ -7,7 +7,8 @@ numbers in the file say. Each row also says why its verdict reads as it does (`r
 an interval outside or inside the band, one straddling it, or a decided verdict with a
 noisy side), the build's band (`build_band`, one per build: `deepdive.book.calibration`) and
 the band the rule applied (`tie_band`, widened by an A/A control or a noisy side, as
-`widened_by` says). Chapter 6 reads the same file. Chapter 1 introduces it.
+`widened_by` says). The choosing chapter reads the same file; the methodology page
+explains the rule.
 """
 
 from __future__ import annotations

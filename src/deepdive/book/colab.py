@@ -200,7 +200,7 @@ def pick_scale(book: Path) -> str:
     that fails to load counts; its error, such as JAX on the CPU beside a GPU, is raised."""
     paths = [str(Path(book) / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
-    probe = "import jax; jax.devices(); from deepdive import env; print(env.scale())"
+    probe = "import jax; jax.devices(); from deepdive.core import env; print(env.scale())"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=environment)
     if done.returncode:
@@ -231,7 +231,8 @@ def set_up(book: str | Path, repo: str) -> str:
         install(choice.install, repo, book)
         after = installed_versions()  # pip may move more than it was asked to (plugins)
         changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
-    # Worker processes (chapter 5) import the helpers from the clone, like this kernel.
+    # Worker processes (the distributed chapter) import the helpers from the clone, like
+    # this kernel.
     src = str(book / "src")
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if src not in paths:

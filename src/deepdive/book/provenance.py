@@ -4,7 +4,7 @@
 each chapter stamps the results it saves with that name, its commit, time, device,
 framework versions and the allocator regime its timings ran under (`deepdive.core.allocator`),
 in `_build/results/provenance.csv`. A chapter served from the execution cache keeps the stamp
-of the build that ran it. The Reproduce page lists the stamps, chapter 6 shows the ones
+of the build that ran it. The Reproduce page lists the stamps, the choosing chapter shows the ones
 its evidence came from, and the site's tests check that the two agree.
 """
 

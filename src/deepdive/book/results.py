@@ -1,7 +1,7 @@
 """Tidy result records, saved under `_build/results/` for later chapters and the guide.
 
 One row per measured value: chapter, experiment, framework, variant, size, metric, value,
-unit, device. Chapter 1 introduces `Results`; chapter 6 reads every chapter's file.
+unit, device. Chapter 1 introduces `Results`; the choosing chapter reads every chapter's file.
 """
 
 from __future__ import annotations

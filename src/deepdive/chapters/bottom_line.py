@@ -146,10 +146,10 @@ def bottom_line(advice: pd.DataFrame, anchors: pd.DataFrame,
         "TPU": (tpu_do, "Nothing: this build had no TPU.", tpu_facts(ecosystem),
                 "Speed on a TPU, for JAX or for PyTorch/XLA."),
         "research prototyping": ("Pick the toolbox your team debugs in: eager PyTorch, or "
-                                 "JAX's jax.debug, checkify and disable_jit (the debugging "
-                                 "section below).",
-                                 "Not a speed question: the debugging section below runs "
-                                 "both toolboxes on the same bugs.",
+                                 "JAX's jax.debug, checkify and disable_jit (the choosing "
+                                 "chapter's debugging section).",
+                                 "Not a speed question: the choosing chapter's debugging "
+                                 "section runs both toolboxes on the same bugs.",
                                  "No anchor measures how fast people write correct code.",
                                  "Which framework your team writes and debugs faster."),
         "serving": ("Pick the serving engine first, then its framework.",
@@ -183,7 +183,7 @@ def slides_verdicts(advice: pd.DataFrame, unmeasured: pd.DataFrame) -> pd.DataFr
              f"For speed, on {devices}, {tally(frameworks)} (the guide above)."),
             ("workloads on TPUs: JAX", "Not measured: this build had no TPU."),
             ("flexibility and quick prototypes: PyTorch",
-             "Not a speed question: the debugging section below runs both toolboxes."),
+             "Not a speed question: the debugging section runs both toolboxes."),
             ("the newest research code: PyTorch", f"Not measured; {hubs} (the ecosystem "
                                                   "table below).")]
     return pd.DataFrame(rows, columns=["the slides' verdict", "this build says"]).set_index(

@@ -134,10 +134,13 @@ def evidence_status(table: pd.DataFrame, directory: Path) -> tuple[str, str | No
 
 
 def _verdict_word(row) -> str:
+    noisy = "; noisy, size uncertain" if "noisy, size uncertain" in str(row.get("result")) else ""
     if row["verdict"] == "tie":
-        return "tie"
+        return "tie" + noisy
     if row["favours"] in ("JAX", "PyTorch"):
-        return f"{row['favours']} faster"
+        return f"{row['favours']} faster{noisy}"
+    if row["verdict"] == "exact byte counts":
+        return f"memory, not time: {row['favours']} (exact byte counts)"
     return str(row["favours"])
 
 
@@ -334,7 +337,9 @@ def claims_figure(table: pd.DataFrame, source: str | None):
         return None
     fig, ax = plt.subplots(figsize=(9.5, 0.45 * len(timed) + 1.2))
     for i, row in timed.iterrows():
-        ax.plot([1 / (1 + row["tie_band"]), 1 + row["tie_band"]], [i, i], color="0.85",
+        band = row.get("decision_band", row["tie_band"])  # the band the verdict was decided against
+        band = row["tie_band"] if band != band else band
+        ax.plot([1 / (1 + band), 1 + band], [i, i], color="0.85",
                 linewidth=8, solid_capstyle="butt")
         ratio, low, high = (row[k] for k in evidence.ONE_WAY)
         ax.errorbar(ratio, i, fmt="o", color=COLOURS[row["favours"]][0], capsize=3,

@@ -222,8 +222,9 @@ def evidence_table(results: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
 def _empty(status: str, question: str, why: str) -> dict:
     nan = float("nan")  # every column a claim row has, so a build without claims still tabulates
     return {"question": question, "verdict": status, "favours": status, "result": why,
-            "ratio": nan, "low": nan, "high": nan, "tie_band": nan, "candidate": "",
-            "baseline": "", "device": "", "scale": "", **dict.fromkeys(ONE_WAY, nan)}
+            "ratio": nan, "low": nan, "high": nan, "tie_band": nan, "decision_band": nan,
+            "candidate": "", "baseline": "", "device": "", "scale": "",
+            **dict.fromkeys(ONE_WAY, nan)}
 
 
 def resolve_claim_ids(pattern: str, ids) -> list[str]:
@@ -272,16 +273,23 @@ def _claim_row(item: FromClaim, saved) -> dict:
                       f"{describe(saved)} ({_band_used(saved)})",
             "ratio": float(saved["ratio"]), "low": float(saved["low"]),
             "high": float(saved["high"]), "tie_band": float(saved["tie_band"]),
+            "decision_band": _decision_band(saved),
             "candidate": saved["candidate"], "baseline": saved["baseline"],
             "device": saved["device"], "scale": saved["scale"],
             **dict(zip(ONE_WAY, one_way, strict=True))}
 
 
+def _decision_band(saved) -> float:
+    """The band the verdict was decided against: claims.csv's decision_band, or the tie
+    band where an older claims.csv has none."""
+    tie, used = float(saved["tie_band"]), saved.get("decision_band")
+    return tie if used is None or used != used else float(used)  # NaN: an older claims.csv
+
+
 def _band_used(saved) -> str:
     """The band this claim's verdict was decided against: the build's tie band, or the
     wider one a noisy side set (claims.csv's decision_band), said so."""
-    tie, used = float(saved["tie_band"]), saved.get("decision_band")
-    used = tie if used is None or used != used else float(used)  # NaN: an older claims.csv
+    tie, used = float(saved["tie_band"]), _decision_band(saved)
     if used > tie:
         return f"band {_band(used)}, widened from {_band(tie)} by a noisy side"
     return f"tie band {_band(tie)}"

@@ -1020,7 +1020,8 @@ def aa_table(timings: dict, names: dict, tie_band, bands: dict):
             rows.append({"model": names[key], "precision": p, "A/A ratio": ratio,
                          "95% interval": f"[{low:.3f}, {high:.3f}]",
                          "build's band": f"±{tie_band.width:.3f}",
-                         "band of the PyTorch-JAX claims": f"±{bands[key].width:.3f}"})
+                         "band with the A/A reach (a noisy side may widen it)":
+                             f"±{bands[key].width:.3f}"})
     return pd.DataFrame(rows).set_index(["model", "precision"])
 
 
@@ -1095,8 +1096,8 @@ def scope_note(device: str, threads: int) -> str:
     if device == "cpu":
         return (f"They describe how the two frameworks' CPU backends train a small GPT with "
                 f"{threads} thread{'s' if threads > 1 else ''} each, and say nothing about "
-                "GPUs, where a `medium` or `full` build measures the same steps.")
-    return ("They describe this GPU; another GPU, or a `full` build's larger models, may decide "
+                "GPUs, where a medium or full build measures the same steps.")
+    return ("They describe this GPU; another GPU, or a full build's larger models, may decide "
             "otherwise.")
 
 
@@ -1148,7 +1149,8 @@ def plot_claims(frame):
     for i, c in enumerate(frame.itertuples()):
         ax.errorbar(c.ratio, i, xerr=[[c.ratio - c.low], [c.high - c.ratio]], fmt="o",
                     capsize=3, color=colors[c.verdict])
-        band = verdict.TieBand(c.tie_band, ())
+        width = getattr(c, "decision_band", c.tie_band)  # the band the verdict was decided
+        band = verdict.TieBand(c.tie_band if width != width else width, ())  # against
         ax.plot([band.low, band.high], [i, i], color="0.8", lw=6, zorder=0,
                 solid_capstyle="butt")
     ax.set_xscale("log")
@@ -1159,8 +1161,9 @@ def plot_claims(frame):
     ax.set_yticks(range(len(frame)), frame["claim_id"], fontsize=7)
     ax.invert_yaxis()
     ax.set(title="every claim: speed-up of the candidate over the baseline",
-           xlabel="baseline time / candidate time (log; 95% interval; grey: the claim's band)")
-    ax.legend(handles=[Patch(color="0.8", label="tie band"), *[
+           xlabel="baseline time / candidate time (log; 95% interval; grey: the band the "
+                  "verdict was decided against)")
+    ax.legend(handles=[Patch(color="0.8", label="decision band"), *[
         Line2D([], [], marker="o", linestyle="", color=color, label=name)
         for name, color in colors.items()]], loc="upper center", bbox_to_anchor=(0.5, -0.12),
         ncol=5, fontsize=8, frameon=False)

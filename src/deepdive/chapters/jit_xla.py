@@ -535,8 +535,12 @@ def one_vs_chain_reading(verdict_of: Callable[[str], str], kinds_one: list[str],
     settings = ("with freed memory kept", "with glibc's defaults")
     by_verdict: dict[str, list[str]] = {}
     for name, claim_ids in ids.items():
-        for claim_id, setting in zip(claim_ids, settings, strict=True):
-            by_verdict.setdefault(verdict_of(claim_id), []).append(f"{name} {setting}")
+        verdicts = [verdict_of(claim_id) for claim_id in claim_ids]
+        if len(set(verdicts)) == 1:  # the allocator did not change it: say so once
+            by_verdict.setdefault(verdicts[0], []).append(f"{name} under both allocator settings")
+            continue
+        for v, setting in zip(verdicts, settings, strict=True):
+            by_verdict.setdefault(v, []).append(f"{name} {setting}")
     if len(by_verdict) == 1:  # one verdict for all four pairs
         by_verdict = {v: ["both compilers under both settings"] for v in by_verdict}
     parts = []

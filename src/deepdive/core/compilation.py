@@ -1,7 +1,7 @@
 """What a compiler did and what it cost: JAX's stages timed apart, kernels counted in HLO.
 
 Chapter 2 (jit and XLA) introduces these; chapter 1 counts kernels with `entry_kernels`.
-Chapter 3's training loop keeps its losses with `keep_loss` and marks CUDA-graph steps
+Chapter 4's training loop keeps its losses with `keep_loss` and marks CUDA-graph steps
 where `uses_cuda_graphs` says a compiled variant replays them.
 """
 
@@ -181,7 +181,7 @@ def collectives(hlo_text: str) -> dict[str, int]:
     """How many of each cross-device collective a compiled XLA program runs.
 
     Reads ``compiled.as_text()``; async pairs (``all-reduce-start``/``-done``) count once.
-    Chapter 5 lists what XLA inserted for each sharding strategy.
+    Chapter 6 lists what XLA inserted for each sharding strategy.
     """
     if "HloModule" not in hlo_text:
         raise ValueError("not an HLO module (pass jitted.lower(...).compile().as_text())")
@@ -199,7 +199,7 @@ def keep_loss(loss):
     writes over: ``loss.detach()`` shares that memory, so a list of them would read the
     last loss everywhere, or fail on `torch.stack` once the graph trees free the buffer.
     The copy (``clone``) owns its memory; it stays on the loss's device and does not wait
-    for it, so keeping a loss costs no synchronization. Chapter 3 appends every step's.
+    for it, so keeping a loss costs no synchronization. Chapter 4 appends every step's.
     """
     import torch
 

@@ -55,7 +55,7 @@ def scale() -> str:
     on a GPU with 40 GB or more; each chapter's plan says whether it fits).
 
     ``DEEPDIVE_SCALE`` asks for one; `choose_scale` decides and refuses what cannot run.
-    See chapter 1, "How big is this build".
+    See the methodology page's "Scale".
     """
     gpu = gpu_name()
     return choose_scale(os.environ.get("DEEPDIVE_SCALE"), gpu=gpu,
@@ -299,7 +299,7 @@ def cpu_flags() -> set[str]:
 
 def bf16_native(device: str = "cpu") -> bool:
     """Whether bf16 runs in hardware on `device` ("cpu" or "cuda"); see
-    `deepdive.core.flops.bf16_is_native`. Chapter 3 labels emulated bf16 rows."""
+    `deepdive.core.flops.bf16_is_native`. Chapter 4 labels emulated bf16 rows."""
     from deepdive.core.flops import bf16_is_native
 
     if device not in ("cpu", "cuda"):
@@ -450,7 +450,7 @@ def device_label() -> str:
 
 def cpu_label() -> str:
     """The CPU and the cores this process may use, e.g. "AMD EPYC (1 of 2 cores)": the
-    device label of work that ran on the CPU even where a GPU is present (chapter 5's
+    device label of work that ran on the CPU even where a GPU is present (chapter 6's
     simulated devices)."""
     cores, total = available_cores(), os.cpu_count()
     noun = "core" if total == 1 else "cores"

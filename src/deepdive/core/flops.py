@@ -5,7 +5,7 @@ dtype. Peaks come from datasheets (dense, no sparsity) for known GPUs; an unknow
 device raises rather than guess. On a CPU the peak is measured (`measured_matmul_peak`,
 the best rate over several matmul shapes) and the book says so. An MFU above 1 is a
 wrong peak or a wrong FLOP count, never a result: `mfu` raises. Chapter 1 introduces the
-matmul count; chapters 3 and 4 use MFU.
+matmul count; chapters 4 and 5 use MFU.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def bf16_is_native(cpu_flags: set[str], cuda_capability: tuple[int, int] | None)
     On an NVIDIA GPU: compute capability 8.0 (Ampere) or newer. On a CPU: the x86
     avx512_bf16 or amx_bf16 instructions, or Arm's bf16 extension. Without them PyTorch
     and XLA convert to fp32 and back, so a bf16 timing measures emulation: label it and
-    keep it out of speed verdicts (chapter 3).
+    keep it out of speed verdicts (chapter 4).
     """
     if cuda_capability is not None:
         return tuple(cuda_capability) >= (8, 0)

@@ -181,7 +181,7 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
         returns its freed top to the kernel, and the threshold is set back afterwards
         (to the book's allocator regime, `deepdive.core.allocator`, where it is in force, else
         to 64 MiB, the most glibc's own rule sets it to). That extra call is a side effect:
-        use it on steps whose state may advance. Chapter 4 checks the readings against
+        use it on steps whose state may advance. Chapter 5 checks the readings against
         XLA's plan at every batch size.
     """
     if not os.path.exists("/proc/self/clear_refs"):

@@ -240,7 +240,7 @@ def compare(
 
     With `record_oom`, a variant that runs out of memory (`memory.is_out_of_memory`)
     becomes an `OutOfMemory` entry and the others go on; other errors always propagate.
-    Chapter 4's batch-size sweep uses it.
+    Chapter 5's batch-size sweep uses it.
 
     A variant may also be `TimedElsewhere`: an object whose ``runner(label, session)``
     returns a `Runner` timed elsewhere (`deepdive.models.xla_route.Remote`: steps in another

@@ -30,7 +30,7 @@ nine in ten of their intervals did. Two things can widen it for one comparison, 
 
 `tests/test_verdict.py` times A/A pairs on a loaded machine and checks that the rule
 decides at most 5% of them; the methodology page runs the same experiment on every build.
-Chapter 1 introduces the rule; `deepdive.book.claims` records every verdict.
+The methodology page explains the rule; `deepdive.book.claims` records every verdict.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Training text for the GPT benchmark: tiny-shakespeare, or a labelled synthetic stand-in.
 
-Chapter 3 trains nanoGPT's Shakespeare-char model. The text is downloaded once and cached;
+Chapter 4 trains nanoGPT's Shakespeare-char model. The text is downloaded once and cached;
 without a network the loader says so and returns a synthetic character stream with the
 same alphabet size, so the benchmark still runs (timings depend on shapes, not on text).
 """

@@ -1,4 +1,4 @@
-"""A compact GPT in the style of nanoGPT, for chapter 3's torch.compile training benchmark.
+"""A compact GPT in the style of nanoGPT, for chapter 4's GPT training benchmark.
 
 The same architecture as nanoGPT's `model.py`: pre-LayerNorm blocks of
 causal self-attention (`F.scaled_dot_product_attention`) and a GELU MLP, token and
@@ -157,7 +157,7 @@ class GPT(nn.Module):
         counted once. Not the position embeddings (a lookup), nor LayerNorm gains and
         biases (elementwise). A training step's matmuls cost 6 FLOPs per such parameter
         and token (2 in the forward, 4 in the backward's two matmuls), which is what
-        PyTorch's `FlopCounterMode` counts for them; chapter 3 compares it with nanoGPT's
+        PyTorch's `FlopCounterMode` counts for them; chapter 4 compares it with nanoGPT's
         6N + 12LHQT formula.
         """
         weights = {id(m.weight): m.weight.numel() for m in self.modules()

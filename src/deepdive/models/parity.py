@@ -1,6 +1,6 @@
 """Proof that HF's PyTorch ViT and its Flax NNX twin train alike, in three parts.
 
-Chapter 4 times a PyTorch training step against a JAX one. Before it does, this module
+Chapter 5 times a PyTorch training step against a JAX one. Before it does, this module
 proves the two compute the same thing, in fp32 with strict matmul precision on both sides:
 
 1. Model (`model_parity`): from the same ported weights and batch, the logits, the loss
@@ -44,7 +44,7 @@ __all__ = ["ADAMW", "OPTIMIZER_STEPS", "SGD", "TOLERANCES", "TRAINING_STEPS", "T
            "sgd_pair", "strict_fp32", "torch_adamw", "torch_sgd", "training_losses",
            "training_parity", "trajectory_optimizers", "vit_family", "worst_tensor_error"]
 
-# Chapter 4's training hyper-parameters: the benchmark runs these, and part 3 trains with them.
+# Chapter 5's training hyper-parameters: the benchmark runs these, and part 3 trains with them.
 SGD = dict(lr=1e-3)  # the seed's optimizer (torch.optim.SGD's default learning rate)
 ADAMW = dict(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01)
 
@@ -486,7 +486,7 @@ def _optax_for(family, hyper_items: tuple):
 
 @functools.cache
 def vit_family() -> Family:
-    """Chapter 4's ViT: HF's PyTorch model on NCHW images, its NNX twin on NHWC; AdamW."""
+    """Chapter 5's ViT: HF's PyTorch model on NCHW images, its NNX twin on NHWC; AdamW."""
     return Family("ViT", _vit_torch_forward, _vit_torch_gradients, _vit_jax_loss,
                   _nchw_to_nhwc, lambda model, hyper: torch_adamw(model.parameters(), hyper),
                   optax_adamw)

@@ -1,4 +1,4 @@
-"""Data-parallel training with torch.distributed: DDP and FSDP2 (`fully_shard`), chapter 5.
+"""Data-parallel training with torch.distributed: DDP and FSDP2 (`fully_shard`), chapter 6.
 
 The same `train` runs in processes spawned from a notebook (`spawn`) and under torchrun:
 

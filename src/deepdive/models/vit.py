@@ -1,6 +1,6 @@
 """A Vision Transformer in Flax NNX that mirrors Hugging Face's PyTorch `ViTForImageClassification`.
 
-transformers 5 ships no Flax models, so chapter 4 compares HF's PyTorch ViT with this
+transformers 5 ships no Flax models, so chapter 5 compares HF's PyTorch ViT with this
 mirror: the same modules under the same names (`vit.layers.3.attention.q_proj`, ...), the
 same math (exact GELU, fp32 softmax, LayerNorm epsilon from the config), and
 `port_hf_weights` to copy a PyTorch model's weights in. Images are NHWC here (Flax's
@@ -118,7 +118,7 @@ def dense(layer: nnx.Linear, x, *, precision=None, flatten: bool = False):
     dtype, products accumulated and the bias added in fp32, one rounding to the layer's
     dtype at the end. In fp32 it is `layer(x)`. With the bias added in bf16 instead, its
     gradient, a sum over batch x tokens whose terms largely cancel, would be summed in bf16
-    too and lose most of its digits (chapter 4 checks the gradients of every variant).
+    too and lose most of its digits (chapter 5 checks the gradients of every variant).
 
     precision: the dot's precision or algorithm (default: the one in force); the GPT twin
         passes `bf16_dot_algorithm` so its backward dots run in bf16 too.
@@ -311,7 +311,7 @@ def _check_config(config, attention: str) -> None:
 
 def split_merge_step(hf_model, images_nhwc, labels, transform, attention: str = "eager"):
     """A training step of the twin of `hf_model` (its weights ported in): the split/merge
-    form of chapter 4, one `jax.jit` of forward, cross-entropy, backward and `transform`'s
+    form of chapter 5, one `jax.jit` of forward, cross-entropy, backward and `transform`'s
     update (an optax transform), with the state donated, and `attention` as the twin takes
     it. Returns ``step() -> loss`` on the given batch. Chapter `05_vit_xla` runs it in its
     own process and in the PyTorch/XLA worker, where the same step in two processes

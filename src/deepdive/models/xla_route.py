@@ -1,4 +1,4 @@
-"""Chapter 4's third route, PyTorch/XLA (and torchax), driven from the chapter's process.
+"""Chapter 5's third route, PyTorch/XLA (and torchax), driven from the chapter's process.
 
 torch_xla 2.9, its newest release, requires torch 2.9; the book pins torch 2.13. So the
 route runs in a second environment built from `requirements-xla.txt` (`make xla-env`; the
@@ -129,7 +129,7 @@ def route_device(gpu_present: bool) -> tuple[str, str]:
     return "CPU", "no GPU: the route runs on the CPU, as the rest of this build does"
 
 
-# The route runs on the CPU at every scale (route_device), so at chapter 4's small sizes.
+# The route runs on the CPU at every scale (route_device), so at chapter 5's small sizes.
 SCALE = "small"
 
 

@@ -1,4 +1,4 @@
-"""The PyTorch/XLA and torchax training steps of chapter 4's ViT, in their own environment.
+"""The PyTorch/XLA and torchax training steps of the ViT chapter's model, in their own environment.
 
 torch_xla's newest release (2.9) needs torch 2.9 and the book runs torch 2.13, so these
 routes run in a second environment (`requirements-xla.txt`, `make xla-env`) and in a
@@ -47,7 +47,7 @@ class Session:
         import torch_xla.backends
 
         torch.set_num_threads(threads)
-        # fp32 strict everywhere, as in chapter 4: full-precision matmuls in torch and in JAX
+        # fp32 strict everywhere, as in the ViT chapter: full-precision matmuls in torch and in JAX
         # (torchax, the Flax twin), by the book's one switch, and in torch_xla's lowering.
         parity.strict_fp32()
         torch_xla.backends.set_mat_mul_precision("highest")
@@ -280,7 +280,7 @@ def torch_gradients(model, images, labels, *, variant=EAGER) -> dict:
 
 
 def torch_step(model, images, labels, *, variant=EAGER):
-    """Chapter 4's PyTorch step (AdamW, loss on fp32 logits) on `variant`'s device; an XLA
+    """The ViT chapter's PyTorch step (AdamW, loss on fp32 logits) on `variant`'s device; an XLA
     step ends with `torch_xla.sync()` and `xm.wait_device_ops()`, so each is complete."""
     import torch
     import torch.nn.functional as F
@@ -305,7 +305,7 @@ def torch_step(model, images, labels, *, variant=EAGER):
 
 
 def _loss_module(model):
-    """The model and chapter 4's loss as one module, so torchax traces both."""
+    """The model and the ViT chapter's loss as one module, so torchax traces both."""
     import torch
     import torch.nn.functional as F
 
@@ -350,7 +350,7 @@ def _torchax_gradients(model, images, labels):
 
 def torchax_step(model, images, labels):
     """The same PyTorch model and loss traced by torchax into one `jax.jit` step with
-    optax's AdamW (proven equal to torch's in chapter 4); the state is donated."""
+    optax's AdamW (proven equal to torch's in the ViT chapter); the state is donated."""
     import jax
     import jax.numpy as jnp
     import optax
