@@ -102,7 +102,8 @@ def test_at_a_glance_holds_the_decided_rows_each_scoped():
     assert verdicts["cand vs base"] in {"JAX faster", "PyTorch faster", "tie"}
     assert "tie" in set(glance["verdict"])  # the eager tiny op, inside the band
     memory = glance[glance[guide.RATIO] == ""]
-    assert len(memory) == 1 and memory["verdict"].iat[0] == "either framework"
+    assert len(memory) == 1 and memory["verdict"].iat[0] == (
+        "memory, not time: either framework (exact byte counts)")
 
 
 def test_a_verdict_names_the_side_it_favours():
@@ -389,3 +390,11 @@ def test_what_to_do_is_one_bullet_per_situation():
     bullets = choosing.what_to_do(situations).splitlines()
     assert len(bullets) == len(bottom_line.SITUATIONS)
     assert bullets[1].startswith("- **TPU**: Start with JAX")
+
+
+def test_a_glance_verdict_keeps_the_noisy_mark_and_names_a_memory_row():
+    noisy = {"verdict": "faster", "favours": "JAX",
+             "result": "a against b: faster, 2.279x [2.246, 2.379]; noisy, size uncertain"}
+    assert choosing._verdict_word(noisy) == "JAX faster; noisy, size uncertain"
+    assert choosing._verdict_word({**noisy, "result": "faster, 1.5x"}) == "JAX faster"
+    assert choosing._verdict_word({"verdict": "tie", "favours": "tie", "result": ""}) == "tie"

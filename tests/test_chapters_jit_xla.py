@@ -257,6 +257,7 @@ def test_regime_finding_keeps_only_steady_headlines():
     assert kept == list(steady) and text.endswith("none changed with the allocator.")
     kept, text = jit_xla.regime_finding(verdicts(**{**both, "defaults_fusion_jit": "tie"}))
     assert "fusion_jit" not in kept and "2 kept their verdict there and stand" in text
+    assert text.startswith("3 of this box")
     assert "so it stays" in text
     moved = {**both, "defaults_fusion_jit": "tie", "defaults_new_function_jit": "slower"}
     kept, text = jit_xla.regime_finding(verdicts(**moved))

@@ -205,8 +205,9 @@ OTHER_S = {
 # why. The GPT chapter holds two benchmarks of the same model, PyTorch against JAX and the
 # PyTorch 2.0 slides' eager/aot_eager/Inductor in fp32 and bf16, each configuration timed
 # once: eleven configurations per GPT, nine of them compiled, do not fit three minutes on
-# two cores. The book's pages stay within 15 minutes in all.
-BUDGET_S_OF = {("04_gpt_training", "small"): 240.0}
+# two cores (it ran 222-240 s on this book's 2-core machine). It replaced two pages of
+# three minutes each; the book's pages stay within 15 minutes in all.
+BUDGET_S_OF = {("04_gpt_training", "small"): 300.0}
 CHAPTERS = tuple(SIZES)
 
 

@@ -681,8 +681,9 @@ def claims_found_simulated(n_devices: int, cpu_threads: int, counted: str, steps
         "",
         f"- **The same steps as one device.** Every layout of both frameworks ({counted}) took "
         f"the same {steps} steps as one device: the largest parameter difference was "
-        f"{worst:.1e}, within the fp32 tolerance, while a run without momentum ends "
-        f"{gap_all:.1e} away and fails the check.",
+        f"{worst:.1e}, within the fp32 tolerance, while a deliberately different run, without "
+        f"momentum, ends {gap_all:.1e} away and fails it: the check can catch a real "
+        "difference.",
         f"- **The collectives.** On {n} devices, JAX's FSDP program runs "
         f"{spelled(collectives.loc['JAX: FSDP, shard_map'])} and XLA's data parallelism "
         f"{spelled(collectives.loc['JAX: data parallel'])}; PyTorch's ranks called "

@@ -640,9 +640,10 @@ def regime_finding(verdict_of: Callable[[str], str]) -> tuple[list[str], str]:
     steady = [c for c in HEADLINE_CANDIDATES if verdict_of(c) == verdict_of(f"defaults_{c}")]
     moved = [HEADLINE_CANDIDATES[c] for c in HEADLINE_CANDIDATES if c not in steady]
     one = len(steady) == 1
-    text = (f"Of the {len(HEADLINE_CANDIDATES)} headline candidates this page also measured "
-            f"under glibc's defaults, {len(steady)} kept {'its' if one else 'their'} verdict "
-            f"there and {'stands' if one else 'stand'} in this box")
+    text = (f"{len(HEADLINE_CANDIDATES)} of this box's candidates were also measured under "
+            f"glibc's defaults (the allocator section says why that matters): {len(steady)} "
+            f"kept {'its' if one else 'their'} verdict there and {'stands' if one else 'stand'} "
+            "in this box")
     if moved:
         text += (f"; {len(moved)} changed with the allocator ({' and '.join(moved)}), so "
                  f"{'it stays' if len(moved) == 1 else 'they stay'} in the allocator section.")

@@ -216,12 +216,13 @@ def explained(records, workload: str) -> str:
                           f"{value[regime, 'high']:.3f}]") for regime in REGIMES}
         apart = (value[allocator.KEPT, "low"] > value[allocator.DEFAULTS, "high"]
                  or value[allocator.KEPT, "high"] < value[allocator.DEFAULTS, "low"])
-        parts.append(f"{variant.split(': ', 1)[1]}: {shown[allocator.DEFAULTS]} with glibc's "
+        parts.append(f"for {variant.split(': ', 1)[1]}, {shown[allocator.DEFAULTS]} with glibc's "
                      f"defaults and {shown[allocator.KEPT]} with freed memory kept"
                      + (", intervals apart" if apart else ", intervals overlapping"))
     moved = any("intervals apart" in p for p in parts)
     return ("In the methodology page's probe of this workload (its small size, one fresh "
-            "process per regime), JAX's speed-up over PyTorch eager was " + "; ".join(parts)
+            "process per regime), JAX's speed-up over PyTorch eager (PyTorch's time over "
+            "JAX's) was, " + "; ".join(parts)
             + (". The allocator explained part of what separates the frameworks under glibc's "
                "defaults: fresh pages cost the two frameworks differently." if moved else
                ". The allocator regime did not move these ratios measurably."))
