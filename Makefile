@@ -5,7 +5,13 @@
 # requirements-xla.txt (torch 2.9 + torch_xla, about 8 GB) for the PyTorch/XLA chapter,
 # unless DEEPDIVE_SKIP_XLA=1.
 
-PYTHON ?= python3
+# Python 3.13, Colab's: the first interpreter found that runs (a pyenv shim for a version
+# that is installed but not selected does not run, so pyenv's own folders are tried too).
+PYTHON_CANDIDATES := python3.13 $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13)
+PYTHON ?= $(firstword $(foreach p,$(PYTHON_CANDIDATES),$(shell $(p) -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && echo $(p))))
+ifeq ($(strip $(PYTHON)),)
+$(error no Python 3.13 found: install it (e.g. pyenv install 3.13) or pass PYTHON=/path/to/python3.13)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 # Marks an environment that matches requirements.txt and pyproject.toml; rebuilt when they change.
@@ -35,6 +41,11 @@ DEEPDIVE_BUILD_ID := $(shell date -u +%Y%m%dT%H%M%SZ)-$(shell git rev-parse --sh
 endif
 export DEEPDIVE_BUILD_ID
 
+# A virtual environment on another Python than $(PYTHON) (one made before the move to 3.13)
+# is made anew.
+PY_MINOR := import sys; print(sys.version_info[:2])
+VENV_FOR_PYTHON = sh -c 'test "$$("$$1/bin/python" -c "$(PY_MINOR)" 2>/dev/null)" = "$$($(PYTHON) -c "$(PY_MINOR)")" || $(PYTHON) -m venv --clear "$$1"' venv
+
 .PHONY: book test lab clean env runtime-env xla-env
 
 env: $(STAMP)
@@ -42,20 +53,20 @@ runtime-env: $(RUNTIME_STAMP)
 xla-env: $(XLA_STAMP)
 
 $(STAMP): requirements.txt requirements-runtime.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(VENV_FOR_PYTHON) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
 $(RUNTIME_STAMP): requirements-runtime.txt pyproject.toml requirements.txt
-	test -x $(RUNTIME_VENV)/bin/python || $(PYTHON) -m venv $(RUNTIME_VENV)
+	$(VENV_FOR_PYTHON) $(RUNTIME_VENV)
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet -r requirements-runtime.txt "$(IPYKERNEL)"
 	touch $(RUNTIME_STAMP)
 
 # Rebuilt when requirements-xla.txt changes; pip moves what differs to its pin.
 $(XLA_STAMP): requirements-xla.txt
-	test -x $(XLA_VENV)/bin/python || $(PYTHON) -m venv $(XLA_VENV)
+	$(VENV_FOR_PYTHON) $(XLA_VENV)
 	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(XLA_VENV)/bin/python -m pip install --quiet -r requirements-xla.txt
 	touch $(XLA_STAMP)

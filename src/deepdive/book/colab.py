@@ -1,7 +1,9 @@
 """Colab's first cell: add only what Colab lacks, keep its GPU builds, pick the scale.
 
 It runs from the freshly cloned book before a chapter imports torch or JAX, so it uses the
-standard library only (and the `packaging` that pip carries). The decisions are pure
+standard library only (and the `packaging` that pip carries) and imports on every Python that
+Colab offers (3.11 and newer, past runtime versions included), so that a Python older than
+`pyproject.toml`'s requires-python is refused with a message. The decisions are pure
 functions, tested without Colab; `set_up` does the installing and reports what it did.
 
 A preinstalled package is kept when it meets the book's minimum (`pyproject.toml`'s
@@ -10,12 +12,15 @@ the build's exact pin (`requirements-runtime.txt`). What must move together does
 jaxlib (and pip brings the GPU plugin of the same version), a replaced torch with its
 Triton. A replaced JAX keeps Colab's GPU plugin flavour (`jax[cuda12]`), so it stays on the
 GPU; a missing Triton beside a kept torch is the version that torch declares, else the pin.
+What pip moves beyond the request, as what it installs requires (JAX's GPU plugin and
+PJRT library), is reported after the install, with pip's conflict notes.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -26,19 +31,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["JAX_PLUGIN", "MOVES_WITH", "RUNTIME_FILE", "PackageChoice", "SetUpError", "canonical",
-           "check_clone", "choose_packages", "imported_among", "install", "installed_versions",
-           "jax_gpu_flavour", "minimums", "pick_scale", "pins", "restart_runtime", "set_up",
-           "torch_declared_triton"]
+           "check_clone", "check_python", "choose_packages", "imported_among", "install",
+           "installed_versions", "jax_gpu_flavour", "minimums", "moved_beyond", "pick_scale",
+           "pins", "required_python", "restart_runtime", "set_up", "torch_declared_triton"]
 
 try:
     from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 except ImportError:  # a bare interpreter: pip carries its own copy
     from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.specifiers import SpecifierSet
     from pip._vendor.packaging.version import Version
 
 # What a replaced package brings with it: jaxlib must equal JAX's version, and a torch
-# build pairs with one Triton. (Flax's pin needs JAX 0.10, which is JAX's minimum too.)
+# build pairs with one Triton. (Flax's pin needs JAX 0.11.1 or newer, which any JAX at the
+# book's minimum is, so Flax moves alone.)
 MOVES_WITH = {"jax": {"jaxlib"}, "jaxlib": {"jax"}, "torch": {"triton"}}
 JAX_PLUGIN = re.compile(r"^jax-(cuda\d+)-plugin$")
 RUNTIME_FILE = "requirements-runtime.txt"
@@ -49,10 +57,33 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _project(book: Path) -> dict:
+    return tomllib.loads((Path(book) / "pyproject.toml").read_text())["project"]
+
+
 def minimums(book: Path) -> dict[str, Requirement]:
     """The oldest versions the chapters run with, from `pyproject.toml`."""
-    project = tomllib.loads((Path(book) / "pyproject.toml").read_text())["project"]
-    return {canonical(r.name): r for r in map(Requirement, project["dependencies"])}
+    return {canonical(r.name): r for r in map(Requirement, _project(book)["dependencies"])}
+
+
+def required_python(book: Path) -> SpecifierSet:
+    """The Pythons the book's pins install on: `pyproject.toml`'s requires-python."""
+    return SpecifierSet(_project(book)["requires-python"])
+
+
+def check_python(book: Path, version: str | None = None) -> None:
+    """Refuse a Python the pins cannot install on, before pip tries and fails halfway.
+
+    `version` is this interpreter's (`platform.python_version()`) unless given.
+    """
+    version = version or platform.python_version()
+    accepted = required_python(book)
+    if not accepted.contains(version, prereleases=True):
+        raise SetUpError(f"this runtime runs Python {version}, and the book needs Python "
+                         f"{accepted} (pyproject.toml's requires-python: the pinned JAX, Flax "
+                         "and NumPy require it). In Colab, choose the latest runtime version "
+                         "(Runtime > Change runtime type; a notebook pinned to an older runtime "
+                         "version gets its older Python), then run this cell again.")
 
 
 def pins(book: Path) -> dict[str, Requirement]:
@@ -183,8 +214,12 @@ def check_clone(book: Path, repo: str) -> None:
                          + _address_hint(repo, book))
 
 
-def install(requirements: list[str], repo: str, book: Path) -> None:
-    """pip install, failing loudly (a notebook's %pip never raises)."""
+def install(requirements: list[str], repo: str, book: Path) -> list[str]:
+    """pip install, failing loudly (a notebook's %pip never raises).
+
+    Returns pip's conflict notes: preinstalled packages that declare other versions of what
+    pip installed ("numba 0.61.2 requires numpy<2.3,>=1.24, but you have numpy 2.5.5 ...").
+    """
     command = [sys.executable, "-m", "pip", "install", "--quiet", *requirements]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
@@ -192,6 +227,16 @@ def install(requirements: list[str], repo: str, book: Path) -> None:
         raise SetUpError(f"pip could not install {' '.join(requirements)}:\n{tail}\n"
                          + _address_hint(repo, book))
     importlib.invalidate_caches()
+    return [line.strip() for line in f"{done.stdout}\n{done.stderr}".splitlines()
+            if re.search(r" requires .+, but you have .+ which is incompatible", line)]
+
+
+def moved_beyond(requested: Iterable[str], before: Mapping[str, str],
+                 after: Mapping[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """What pip changed that was not asked for, as name -> (version before, after)."""
+    asked = {canonical(Requirement(r).name) for r in requested}
+    return {n: (before.get(n), after.get(n)) for n in sorted(before.keys() | after.keys())
+            if before.get(n) != after.get(n) and n not in asked}
 
 
 def pick_scale(book: Path) -> str:
@@ -222,15 +267,23 @@ def set_up(book: str | Path, repo: str) -> str:
     """
     book = Path(book)
     check_clone(book, repo)
+    check_python(book)
     minimum = minimums(book)
     before = installed_versions()
     choice = choose_packages(before, minimum, pins(book), torch_declared_triton())
     print(choice.summary(minimum))
     changed = []
     if choice.install:
-        install(choice.install, repo, book)
+        conflicts = install(choice.install, repo, book)
         after = installed_versions()  # pip may move more than it was asked to (plugins)
         changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+        if moved := moved_beyond(choice.install, before, after):
+            print("pip also moved, as what it installed requires: "
+                  + ", ".join(f"{n} {old or 'none'} -> {new or 'removed'}"
+                              for n, (old, new) in moved.items()) + ".")
+        if conflicts:
+            print("pip notes that preinstalled packages declare other versions:\n  "
+                  + "\n  ".join(conflicts))
     # Worker processes (the distributed chapter) import the helpers from the clone, like
     # this kernel.
     src = str(book / "src")
