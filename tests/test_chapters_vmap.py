@@ -383,3 +383,22 @@ def test_save_records_writes_every_measurement(tmp_path, monkeypatch):
                                     dispatch, plan)
     assert path.exists()
     assert len(records.records) >= 2 * 2 * len(VARIANTS) + len(grads) + 1 + 2 + 3
+
+
+def test_jit_matches_eager_on_this_jax_at_the_issues_size():
+    check = ch.jit_matches_eager()  # jax-ml/jax#39103's size: wrong on jax 0.10.2's CPU
+    assert check.rows == ch.JAX_39103_ROWS and check.eager_last == 32_768.0 ** 2
+    assert check.matches and check.known_bug is None, check
+    assert "does not show jax-ml/jax#39103" in ch.jit_check_reading(check)
+    assert check.table()["rows that differ"].iat[0] == 0
+
+
+def test_a_mismatch_is_reported_as_the_known_upstream_bug():
+    wrong = ch.JitCheck("pattern", 32_769, "0.10.2", "cpu", 1073741824.0, 1065369600.0, 1)
+    assert not wrong.matches and wrong.known_bug == ch.JAX_39103
+    said = ch.jit_check_reading(wrong)
+    assert "1,065,369,600" in said and "1,073,741,824" in said and "1 row differs" in said
+    assert "known upstream bug [jax-ml/jax#39103]" in said
+    assert wrong.table()["upstream bug"].iat[0] == ch.JAX_39103
+    with pytest.raises(ValueError, match="rows must be a positive count"):
+        ch.jit_matches_eager(0)

@@ -15,6 +15,7 @@ import inspect
 import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,8 @@ from deepdive.core import env
 from deepdive.core.timing import Timing
 
 __all__ = [
-    "ATTENTION_CALLS", "GRAD_CLAIMS", "PRECISION", "STYLE", "WORKLOADS", "at_set_readings",
+    "ATTENTION_CALLS", "GRAD_CLAIMS", "JAX_39103", "PRECISION", "STYLE", "WORKLOADS",
+    "JitCheck", "at_set_readings", "jit_check_reading", "jit_matches_eager",
     "attention_jax", "attention_reference", "attention_torch", "attention_torch_batched",
     "batched_reading", "break_even_table", "break_even_text", "by_batch", "compiled_grad_readings",
     "dispatch_readings", "dispatch_table", "dot_growth_readings", "dot_jax", "dot_reference",
@@ -52,6 +54,81 @@ def scope(device: str, cpu_threads: int, gpu_name: Callable[[], str | None] = en
 def framework(variant: str) -> str:
     """"torch" for a PyTorch variant's label, "jax" for any other."""
     return "torch" if variant.startswith(("PyTorch", "torch")) else "jax"
+
+
+# --- jit must equal eager: an upstream bug's pattern, at a size that triggers it -------------
+
+JAX_39103 = "jax-ml/jax#39103"
+JAX_39103_URL = "https://github.com/jax-ml/jax/issues/39103"
+# The issue's float32 size: its wrong results appear from 32,769 rows on the CPU.
+JAX_39103_ROWS = 32_769
+
+
+@dataclass(frozen=True)
+class JitCheck:
+    """One run of a jitted function against the same function eager (chapter 1)."""
+
+    pattern: str
+    rows: int
+    jax: str
+    backend: str
+    eager_last: float
+    jit_last: float
+    mismatches: int
+
+    @property
+    def matches(self) -> bool:
+        return self.mismatches == 0
+
+    @property
+    def known_bug(self) -> str | None:
+        """The upstream issue a mismatch of this pattern is (None when jit matched)."""
+        return None if self.matches else JAX_39103
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame({"jax": [self.jax], "backend": [self.backend], "rows": [self.rows],
+                             "eager, last row": [self.eager_last],
+                             "jax.jit, last row": [self.jit_last],
+                             "rows that differ": [self.mismatches],
+                             "upstream bug": [self.known_bug or "none: jit equals eager"]})
+
+
+def jit_matches_eager(rows: int = JAX_39103_ROWS) -> JitCheck:
+    """Chapter 1: `jax.jit(jax.vmap(row -> sum((m @ row) ** 2)))` against the same function
+    eager, on `rows` float32 rows `(i, 0, 0)` with `m` the 3x3 identity: every output is
+    `i**2`, exact in float32 (below 2**24 rows' squares stay integers up to 2**30). jax 0.10.2
+    returned wrong values under jit on the CPU from 32,769 rows (jax-ml/jax#39103). Returns
+    the comparison; a mismatch is that known upstream bug, which the page reports."""
+    import jax
+    import jax.numpy as jnp
+
+    if rows < 1:
+        raise ValueError(f"rows must be a positive count, got {rows}")
+    i = jnp.arange(rows, dtype=jnp.float32)
+    x = jnp.stack((i, jnp.zeros_like(i), jnp.zeros_like(i)), axis=1)
+    m = jnp.eye(3, dtype=jnp.float32)
+
+    def squared_norms(x):
+        return jax.vmap(lambda row: jnp.sum((m @ row) ** 2))(x)
+
+    eager = np.asarray(squared_norms(x))
+    jitted = np.asarray(jax.jit(squared_norms)(x))
+    return JitCheck("jax.jit(jax.vmap(lambda row: jnp.sum((m @ row) ** 2)))", rows,
+                    jax.__version__, jax.default_backend(), float(eager[-1]),
+                    float(jitted[-1]), int((eager != jitted).sum()))
+
+
+def jit_check_reading(check: JitCheck) -> str:
+    """The sentence the page glues for the check: it passed, or which upstream bug failed it."""
+    where = f"jax {check.jax} on the {check.backend.upper()}, {check.rows:,} rows"
+    if check.matches:
+        return (f"With {where}, `jax.jit` returned exactly what eager execution did, row for "
+                f"row: this build's JAX does not show {JAX_39103}'s wrong result.")
+    return (f"With {where}, `jax.jit` returned {check.jit_last:,.0f} for the last row where "
+            f"eager execution returned {check.eager_last:,.0f} ({check.mismatches:,} "
+            f"{'row differs' if check.mismatches == 1 else 'rows differ'}): this build's JAX "
+            f"has the known upstream bug [{JAX_39103}]({JAX_39103_URL}), so treat its jitted "
+            "vmapped reductions at this size with suspicion.")
 
 
 # --- the two workloads, per example, and their float64 references ---------------------
@@ -867,11 +944,15 @@ def plot_rss(rss: Mapping[str, np.ndarray], batch: int, output_mib: float, capti
 # --- the record ----------------------------------------------------------------------------
 
 def save_records(sweep, grad_timings, grad_batch: int, peaks: pd.Series, largest: int,
-                 dispatch: pd.DataFrame, xla_plan: pd.DataFrame):
-    """Every measurement of the chapter into `_build/results/01_vmap.csv`."""
+                 dispatch: pd.DataFrame, xla_plan: pd.DataFrame, jit_check: JitCheck | None = None):
+    """Every measurement of the chapter into `_build/results/01_vmap.csv`; `jit_check` adds
+    the jit-against-eager check (rows that differ), so builds on other releases compare."""
     from deepdive.book import results
 
     records = results.Results("01_vmap")
+    if jit_check is not None:
+        records.add("jit_matches_eager", "jax", jit_check.pattern, jit_check.rows,
+                    "rows_differing", jit_check.mismatches, "count")
     for (workload, batch), timings in sweep.items():
         for variant, timing in timings.items():
             records.add_timing(workload, framework(variant), variant, batch, timing)
