@@ -211,9 +211,41 @@ def test_the_vmap_row_is_set_beside_pytorchs_hand_batched_ops():
     ({"Triton": "interpreter", "Pallas": "interpret=True"}, "On this build both kernels ran in"),
     ({"Triton": "interpreter", "Pallas": "Triton backend"}, "On this build Triton ran in an"),
     ({"Triton": "compiled", "Pallas": "Triton backend"}, "On this build both kernels were"),
+    ({"Triton": "compiled", "Pallas": choosing.pallas_ran(None, "gpu", "Tesla T4")},
+     "On this build Pallas did not run (not run: this JAX has no Pallas backend for Tesla T4"),
 ])
 def test_the_kernels_say_how_they_ran(ran, start):
     assert choosing.kernels_ran(ran).startswith(start)
+
+
+@pytest.mark.parametrize(("platform", "triton", "capability", "chosen"), [
+    ("cpu", True, None, "interpret"),
+    ("tpu", False, None, "interpret"),
+    ("gpu", True, (7, 5), "triton"),  # while JAX ships the Triton backend: on any GPU
+    ("gpu", True, (9, 0), "triton"),
+    ("gpu", False, (9, 0), "mosaic_gpu"),  # gone: Mosaic GPU from Hopper on
+    ("gpu", False, (10, 0), "mosaic_gpu"),
+    ("gpu", False, (8, 0), None),  # an A100 then has no Pallas GPU backend
+    ("gpu", False, None, None),
+])
+def test_the_pallas_backend_follows_what_jax_ships_and_the_gpu(platform, triton, capability,
+                                                              chosen):
+    assert choosing.pallas_backend(platform, triton, capability) == chosen
+
+
+def test_pallas_launch_options_per_backend():
+    assert choosing.pallas_launch("interpret") == {"interpret": True}
+    if choosing.has_pallas_triton():  # this build's JAX: 0.12.0.1 still ships it
+        assert "compiler_params" in choosing.pallas_launch("triton")
+    with pytest.raises(ValueError, match="backend must be 'interpret', 'triton' or 'mosaic_gpu'"):
+        choosing.pallas_launch("cuda")
+
+
+def test_pallas_ran_names_each_backend():
+    assert choosing.pallas_ran("interpret", "cpu", "cpu") == "interpret=True (XLA on the CPU)"
+    assert choosing.pallas_ran("triton", "gpu", "H100") == "Triton backend, H100"
+    assert choosing.pallas_ran("mosaic_gpu", "gpu", "H100") == "Mosaic GPU backend, H100"
+    assert choosing.pallas_ran(None, "gpu", "A100").startswith("not run")
 
 
 def test_the_slides_readings_match_or_not():
@@ -303,9 +335,10 @@ class App:
 
 def test_the_root_page_is_read_after_every_chapter():
     extension = load_extension("root_last")
-    docs = sorted(["book/intro", "notebooks/01_vmap", "notebooks/07_choosing", "book/reproduce"])
+    docs = sorted(["book/intro", "book/ledger", "notebooks/01_vmap", "notebooks/07_choosing",
+                   "book/reproduce"])
     extension.read_root_last(App(), None, docs)
-    assert docs[-1] == "book/intro" and sorted(docs) == sorted(set(docs))
+    assert docs[-2:] == ["book/ledger", "book/intro"] and sorted(docs) == sorted(set(docs))
     unchanged = ["notebooks/01_vmap"]
     extension.read_root_last(App(), None, unchanged)  # an incremental read without the root
     assert unchanged == ["notebooks/01_vmap"]

@@ -19,7 +19,8 @@ import pandas as pd
 from deepdive.chapters import evidence, guide
 from deepdive.core.env import is_cpu_label
 
-__all__ = ["ALL_FOUND", "DECIDED", "UNMEASURED", "at_a_glance", "batched_note",
+__all__ = ["ALL_FOUND", "DECIDED", "UNMEASURED", "at_a_glance", "batched_note", "has_pallas_triton",
+           "pallas_backend", "pallas_launch", "pallas_ran",
            "claims_figure", "data_dir", "evidence_dir", "evidence_status", "findings",
            "glance_counts", "guide_counts", "guide_scope", "kernels_ran", "measured_in",
            "provenance_tables", "short_errors", "short_traceback", "sizes_run", "slides_readings",
@@ -239,8 +240,62 @@ def batched_note(claims: pd.DataFrame | None, chapter: str = "01_vmap") -> str:
             f"over hand-batched, speed-up of the compiled vmap): {'; '.join(said)}.")
 
 
+def pallas_backend(platform: str, has_triton_backend: bool,
+                   compute_capability: tuple[int, int] | None) -> str | None:
+    """Chapter 7: where the Pallas kernel runs. "interpret" off a GPU (CPUs have no Pallas
+    compiler; on a TPU the one-row block breaks Mosaic's block rule); on a GPU, "triton"
+    while JAX still ships Pallas's Triton backend (deprecated since JAX 0.11.0), so that both
+    kernels lower to Triton; once it is gone, "mosaic_gpu" on Hopper and newer (compute
+    capability 9.0 and up, what Mosaic GPU is written for), and None below that: Pallas then
+    has no GPU backend there, and the page says so instead of running it."""
+    if platform != "gpu":
+        return "interpret"
+    if has_triton_backend:
+        return "triton"
+    if compute_capability is not None and tuple(compute_capability) >= (9, 0):
+        return "mosaic_gpu"
+    return None
+
+
+def pallas_ran(backend: str | None, platform: str, device_kind: str) -> str:
+    """How the Pallas side ran, for the kernels' table (`pallas_backend`'s choice)."""
+    names = {"interpret": f"interpret=True (XLA on the {platform.upper()})",
+             "triton": f"Triton backend, {device_kind}",
+             "mosaic_gpu": f"Mosaic GPU backend, {device_kind}"}
+    if backend not in names:
+        return (f"not run: this JAX has no Pallas backend for {device_kind} (the Triton "
+                "backend is gone and Mosaic GPU needs Hopper or newer)")
+    return names[backend]
+
+
+def has_pallas_triton() -> bool:
+    """Whether this JAX still ships Pallas's Triton backend (deprecated since JAX 0.11.0)."""
+    import importlib.util
+
+    return importlib.util.find_spec("jax.experimental.pallas.triton") is not None
+
+
+def pallas_launch(backend: str) -> dict:
+    """`pallas_call` keywords for a backend `pallas_backend` chose."""
+    if backend == "interpret":
+        return {"interpret": True}
+    if backend == "triton":
+        from jax.experimental.pallas import triton as pallas_triton
+
+        return {"compiler_params": pallas_triton.CompilerParams()}
+    if backend == "mosaic_gpu":
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+
+        return {"compiler_params": plgpu.CompilerParams()}
+    raise ValueError(f"backend must be 'interpret', 'triton' or 'mosaic_gpu', got {backend!r}")
+
+
 def kernels_ran(ran: dict[str, str]) -> str:
     """Whether the two kernels ran interpreted or compiled, and so why they are not timed."""
+    skipped = [name for name, how in ran.items() if how.startswith("not run")]
+    if skipped:
+        return (f"On this build {' and '.join(skipped)} did not run ({ran[skipped[0]]}), so "
+                "there is no pair to compare.")
     interpreted = [name for name, how in ran.items() if "interpret" in how]
     if len(interpreted) == len(ran):
         return ("On this build both kernels ran in their interpreters, which check a kernel's "
