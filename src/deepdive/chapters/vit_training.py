@@ -247,7 +247,9 @@ class ViTBench:
 
     def synthetic_batch(self, framework, batch_size):
         """Items 0..batch_size-1 on the device, NCHW for PyTorch, NHWC for JAX. A batch too
-        large fails as its memory is reserved, before any image is drawn."""
+        large fails as its memory is reserved, before any image is drawn: the reservation is
+        written (zeros), since untouched pages cost a CPU nothing, and since JAX 0.11
+        `jnp.empty` returns uninitialised memory as `torch.empty` does."""
         import jax
         import jax.numpy as jnp
         import torch
@@ -256,9 +258,9 @@ class ViTBench:
 
         size = self.config.image_size
         if framework == "torch":
-            images = torch.empty((batch_size, 3, size, size), device=self.device)
+            images = torch.zeros((batch_size, 3, size, size), device=self.device)
         else:
-            images = jax.block_until_ready(jnp.empty((batch_size, size, size, 3)))
+            images = jax.block_until_ready(jnp.zeros((batch_size, size, size, 3)))
         del images
         nchw = torch.stack([self.image(i) for i in range(batch_size)])
         labels = np.arange(batch_size) % self.config.num_labels
