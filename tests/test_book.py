@@ -347,7 +347,7 @@ def test_the_xla_page_measured_every_route_in_this_build():
     header = [" ".join(th.get_text().split()) for th in modes.find("tr").find_all("th")][1:]
     for route, cells in rows.items():
         row = dict(zip(header, cells, strict=False))
-        difference = row["max |grad difference| vs torch 2.13 eager"]
+        difference = row[f"max |grad difference| vs {here}"]
         if route == xla_route.JAX_TWIN:
             assert difference == "n/a"  # the page's JAX code; its losses are checked
         elif route in xla_route.PARITY_VARIANTS and route != xla_route.EAGER:

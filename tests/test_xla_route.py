@@ -1,6 +1,6 @@
 """The PyTorch/XLA route's decisions (pure, with no side environment), its worker protocol,
 its place in `compare`, and, where the side environment exists (always under CI), the
-worker itself: it loads the saved weights and matches torch 2.13 eager, and a broken
+worker itself: it loads the saved weights and matches the book's torch eager, and a broken
 weight fails the parity check."""
 
 import copy

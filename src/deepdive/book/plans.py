@@ -496,8 +496,8 @@ def _vit_works(s: ViTSizes, target: Target) -> list[Work]:
 
 
 def _xla_works(s: ViTSizes, target: Target) -> list[Work]:
-    """Seven routes of one fp32 AdamW step at the seed's batch, timed together: torch 2.13
-    eager and the JAX twin in the page's process; torch 2.9 eager, PyTorch/XLA lazy and
+    """Seven routes of one fp32 AdamW step at the seed's batch, timed together: the book's
+    torch eager and the JAX twin in the page's process; torch 2.9 eager, PyTorch/XLA lazy and
     compiled, torchax and the JAX twin again in a fresh worker. Lazy tensors compile in
     each of their first two steps (the optimizer's state appears after the first), the
     openxla backend a forward, a backward and the lazy optimizer; each JAX step once, the

@@ -20,6 +20,8 @@ MOVED: dict[tuple[str, str], tuple[str, str]] = {
     **{("04_gpt_training", f"{gpt}_{precision}_reduce_overhead_vs_eager"):
        ("04_gpt_training", f"{gpt}_inductor_reduce_overhead_{precision}")
        for gpt in ("char", "vocab") for precision in ("fp32", "bf16")},
+    # The id named the old pin; the comparison is the side environment's torch against the book's.
+    ("05_vit_xla", "torch29_vs_torch213"): ("05_vit_xla", "xla_torch_vs_book_torch"),
 }
 
 

@@ -13,12 +13,14 @@ import math
 from deepdive.models import xla_route
 
 __all__ = [
+    "torch_named",
     "torch_here",
     "JAX_HERE",
     "check_worker",
     "route_framework",
     "route_versions",
     "first_two_steps_s",
+    "parity_column",
     "mode_row",
     "compile_sentence",
     "compile_story",
@@ -36,9 +38,16 @@ JAX_HERE = "JAX jax.jit (Flax NNX twin)"  # the page's own JAX route
 SAME_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "transformers")
 
 
+def torch_named(torch_version: str) -> str:
+    """A torch version as the page's prose names it, any local build tag (+cpu) dropped:
+    "2.9.0+cpu" -> "torch 2.9.0". The page glues the book's torch and the worker's this way."""
+    return f"torch {torch_version.split('+')[0]}"
+
+
 def torch_here(torch_version: str) -> str:
-    """The page's own PyTorch route, eager on this process's torch: "torch 2.13.0 eager"."""
-    return f"torch {torch_version.split('+')[0]} eager"
+    """The page's own PyTorch route, eager on this process's torch (the book's pinned one):
+    "torch <version> eager"."""
+    return f"{torch_named(torch_version)} eager"
 
 
 def check_worker(hello: dict, here: dict, cpu_threads: int, affinity: list[int]) -> dict:
@@ -88,14 +97,21 @@ def first_two_steps_s(first_steps: dict) -> float:
     return first_steps["first_step_s"] + first_steps["second_step_s"]
 
 
+def parity_column(reference: str) -> str:
+    """The mode table's parity column, named for the route every other is checked against
+    (`torch_here` of the book's torch)."""
+    return f"max |grad difference| vs {reference}"
+
+
 def mode_row(route: str, timing, first_steps: dict, parity: float, versions: str,
-             batch: int) -> dict:
-    """One row of the mode table; `first_steps` is empty for this process's routes."""
+             batch: int, *, reference: str) -> dict:
+    """One row of the mode table; `first_steps` is empty for this process's routes, and
+    `parity` is the route's largest gradient difference from `reference`'s."""
     compiled = (f"{first_steps['xla_first_step']} + {first_steps['xla_second_step']} XLA, "
                 f"{first_steps['dynamo_first_step'] + first_steps['dynamo_second_step']} "
                 "Dynamo" if first_steps else "n/a (this process)")
     return {"route": route, "versions": versions,
-            "max |grad difference| vs torch 2.13 eager": parity,
+            parity_column(reference): parity,
             "first step (s)": timing.first_call,
             "second step (s)": first_steps.get("second_step_s", math.nan),
             "compiled in steps 1 + 2": compiled,
@@ -127,22 +143,26 @@ def verdict_phrase(glued: dict, key: str) -> str:
     return f"{glued[key]} it ({glued[key + '_ratio']})"
 
 
-def version_reading(verdict: str) -> str:
-    """How to read torch 2.9 rows beside the ViT chapter's torch 2.13 rows, from the verdict of
-    the same eager step on both versions."""
+def version_reading(verdict: str, xla_torch: str, book_torch: str) -> str:
+    """How to read the worker's rows (`xla_torch`, "torch 2.9.0") beside the ViT chapter's,
+    measured on the book's torch (`book_torch`), from the verdict of the same eager step on
+    both versions."""
     if verdict == "tie":
-        return ("so at this size rows measured on torch 2.9 can be read beside the ViT "
-                "chapter's torch 2.13 rows")
+        return (f"so at this size rows measured on {xla_torch} can be read beside the ViT "
+                f"chapter's {book_torch} rows")
     if verdict == "withheld":
         return ("so this build cannot tell whether the two versions differ at this size: "
-                "read torch 2.9 rows beside the ViT chapter's with that caveat")
-    return "so the versions differ at this size: compare torch 2.9 rows only with torch 2.9 rows"
+                f"read {xla_torch} rows beside the ViT chapter's with that caveat")
+    return (f"so the versions differ at this size: compare {xla_torch} rows only with "
+            f"{xla_torch} rows")
 
 
-def xla_reading(glued: dict, cited: bool, first_two: dict, here_torch: str) -> str:
+def xla_reading(glued: dict, cited: bool, first_two: dict, book_torch: str,
+                xla_torch: str) -> str:
     """The page's verdicts as a paragraph. `first_two`: route -> seconds of its first two
     steps (lazy, compiled, torchax, the worker's JAX twin); `cited`: the JAX-against-eager
-    claim is the ViT chapter's, cited rather than measured again."""
+    claim is the ViT chapter's, cited rather than measured again; `book_torch` and
+    `xla_torch`: this process's torch and the worker's, as `torch_named` writes them."""
     said = {key: verdict_phrase(glued, key) for key in (
         "xla_lazy_vs_eager", "xla_compile_vs_eager", "torchax_vs_eager", "xla_lazy_vs_jax",
         "xla_compile_vs_jax", "torchax_vs_jax")}
@@ -157,28 +177,33 @@ def xla_reading(glued: dict, cited: bool, first_two: dict, here_torch: str) -> s
                  else "In this page's process, JAX's jitted step was ")
     seconds = {route: f"{s:.1f} s" for route, s in first_two.items()}
     return (
-        f"On torch 2.9, against eager PyTorch, lazy tensors were {said['xla_lazy_vs_eager']}, "
+        f"On {xla_torch}, against eager PyTorch, lazy tensors were {said['xla_lazy_vs_eager']}, "
         f"the openxla backend {said['xla_compile_vs_eager']} and torchax "
         f"{said['torchax_vs_eager']}. Against the same JAX step in the same worker, they were "
         f"{said['xla_lazy_vs_jax']}, {said['xla_compile_vs_jax']} and {said['torchax_vs_jax']}. "
-        + jax_claim + f"{glued['jax_vs_torch_eager']} eager PyTorch {here_torch} "
+        + jax_claim + f"{glued['jax_vs_torch_eager']} eager PyTorch on {book_torch} "
         f"({glued['jax_vs_torch_eager_ratio']}). {own}Before a route is fast, its first two "
         f"steps cost: lazy tensors {seconds[xla_route.LAZY]}, the openxla backend "
         f"{seconds[xla_route.COMPILED]}, torchax {seconds[xla_route.TORCHAX]} and the JAX step "
-        f"{seconds[xla_route.JAX_TWIN]}. The same eager step on torch 2.9 was "
-        f"{glued['torch29_vs_torch213']} torch 2.13 ({glued['torch29_vs_torch213_ratio']}), "
-        f"{version_reading(glued['torch29_vs_torch213_verdict'])}. All of this is one small "
+        f"{seconds[xla_route.JAX_TWIN]}. The same eager step on {xla_torch} was "
+        f"{glued['xla_torch_vs_book_torch']} {book_torch} "
+        f"({glued['xla_torch_vs_book_torch_ratio']}), "
+        f"{version_reading(glued['xla_torch_vs_book_torch_verdict'], xla_torch, book_torch)}. "
+        "All of this is one small "
         "model on one CPU core; on a TPU or at the seed's sizes the balance can differ, and "
         "this build does not measure it.")
 
 
-def scope_sentence(scope_device: str, scale: str, n_params: int, batch: int) -> str:
-    """The findings box's scope: device, scale, model size, batch and versions."""
+def scope_sentence(scope_device: str, scale: str, n_params: int, batch: int,
+                   xla_torch: str | None) -> str:
+    """The findings box's scope: device, scale, model size, batch and versions; `xla_torch`
+    is the torch the worker ran ("torch 2.9.0"), None when no worker ran."""
+    side = (f" Rows on {xla_torch} ran in the side environment; the verdicts against eager "
+            f"PyTorch compare {xla_torch} with {xla_torch}." if xla_torch else "")
     return (f"Measured on {scope_device} at {scale} scale: one training step of a "
-            f"{n_params / 1e6:.2f}M-parameter ViT, batch {batch}. Rows on torch 2.9 ran in the "
-            "side environment; the verdicts against eager PyTorch compare torch 2.9 with torch "
-            "2.9. A CPU build's verdicts speak neither to the seed's GPU results nor to TPUs, "
-            "the device both PyTorch/XLA and torchax target first.")
+            f"{n_params / 1e6:.2f}M-parameter ViT, batch {batch}.{side} A CPU build's "
+            "verdicts speak neither to the seed's GPU results nor to TPUs, the device both "
+            "PyTorch/XLA and torchax target first.")
 
 
 def first_two_losses(step) -> list[float]:
@@ -189,15 +214,15 @@ def first_two_losses(step) -> list[float]:
 def loss_check(route: str, reference: list[float], tolerance: dict, record: dict):
     """A check for a route's first-steps report (or its two losses): records them under
     `route` in `record`, and raises when they leave `tolerance` (np.allclose's rtol, atol)
-    around torch 2.13 eager's `reference` losses."""
+    around the `reference` losses (eager PyTorch on the book's torch, in this process)."""
     import numpy as np
 
     def check(report):
         losses = report["losses"] if isinstance(report, dict) else report
         record[route] = losses
         if not np.allclose(losses, reference, **tolerance):
-            raise AssertionError(f"{route}: first two losses {losses} differ from torch 2.13 "
-                                 f"eager's {reference} beyond {tolerance}")
+            raise AssertionError(f"{route}: first two losses {losses} differ from the book's "
+                                 f"torch eager's {reference} beyond {tolerance}")
 
     return check
 

@@ -197,7 +197,7 @@ def against_reference(reference: dict, other: dict) -> list[dict]:
     """Logits, loss and gradients of another implementation of the same model against a
     reference run on the same weights and batch, with the same tolerances. Each run is
     {"logits": array, "loss": float, "gradients": {name: array}}; chapter `05_vit_xla`
-    checks PyTorch/XLA and torchax this way against torch 2.13 eager."""
+    checks PyTorch/XLA and torchax this way against eager PyTorch on the book's torch."""
     missing = set(reference["gradients"]) ^ set(other["gradients"])
     if missing:
         raise KeyError(f"the runs do not have the same parameters: {sorted(missing)}")

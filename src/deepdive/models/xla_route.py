@@ -1,8 +1,8 @@
 """Chapter 5's third route, PyTorch/XLA (and torchax), driven from the chapter's process.
 
-torch_xla 2.9, its newest release, requires torch 2.9; the book pins torch 2.13. So the
-route runs in a second environment built from `requirements-xla.txt` (`make xla-env`; the
-book's build makes it unless `DEEPDIVE_SKIP_XLA=1`) and in a worker process
+torch_xla 2.9, its newest release, requires torch 2.9, older than the book's pinned torch.
+So the route runs in a second environment built from `requirements-xla.txt` (`make xla-env`;
+the book's build makes it unless `DEEPDIVE_SKIP_XLA=1`) and in a worker process
 (`deepdive.models.xla_worker`) started with that environment's interpreter. This module decides
 whether the route runs in this build and on which device (pure functions, tested), saves
 the model and batch for the worker, talks to it, and plugs its steps into
@@ -39,7 +39,7 @@ TORCHAX = "torchax jax.jit"
 # The chapter's JAX step, run in the worker too: the same step in two processes shows what
 # crossing processes alone does to a comparison (an A/A control).
 JAX_TWIN = "JAX jax.jit (Flax NNX twin), in the worker"
-PARITY_VARIANTS = (EAGER, LAZY, COMPILED, TORCHAX)  # checked against torch 2.13 eager
+PARITY_VARIANTS = (EAGER, LAZY, COMPILED, TORCHAX)  # checked against the book's torch eager
 VARIANTS = (*PARITY_VARIANTS, JAX_TWIN)
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,6 +1,6 @@
 """The PyTorch/XLA and torchax training steps of the ViT chapter's model, in their own environment.
 
-torch_xla's newest release (2.9) needs torch 2.9 and the book runs torch 2.13, so these
+torch_xla's newest release (2.9) needs torch 2.9, not the book's pinned torch, so these
 routes run in a second environment (`requirements-xla.txt`, `make xla-env`) and in a
 process of their own. Chapter `05_vit_xla` starts this module with that environment's
 interpreter (`deepdive.models.xla_route.Worker`). It saves the HF config, the weights and the
@@ -264,7 +264,8 @@ def load_run(path) -> dict:
 
 def torch_gradients(model, images, labels, *, variant=EAGER) -> dict:
     """Logits, loss and every gradient of one fp32 pass of HF's model on `variant`'s
-    device; with the default, plain eager PyTorch (the chapter's reference, on torch 2.13)."""
+    device; with the default, plain eager PyTorch (the chapter's reference, on the book's
+    torch)."""
     import torch
     import torch.nn.functional as F
 
