@@ -46,7 +46,7 @@ export DEEPDIVE_BUILD_ID
 PY_MINOR := import sys; print(sys.version_info[:2])
 VENV_FOR_PYTHON = sh -c 'test "$$("$$1/bin/python" -c "$(PY_MINOR)" 2>/dev/null)" = "$$($(PYTHON) -c "$(PY_MINOR)")" || $(PYTHON) -m venv --clear "$$1"' venv
 
-.PHONY: book test lab clean env runtime-env xla-env
+.PHONY: book test lab clean env runtime-env xla-env bundle
 
 env: $(STAMP)
 runtime-env: $(RUNTIME_STAMP)
@@ -87,3 +87,7 @@ lab: $(STAMP)
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache
+
+# Writes this build's evidence as a dated bundle into book/data/builds/ (README: contribute a bundle).
+bundle: $(STAMP)
+	$(BIN)/python -m deepdive.book.bundles write

@@ -10,7 +10,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ALWAYS_FRESH = (ROOT / "notebooks" / "07_choosing.md", ROOT / "book" / "reproduce.md",
-                ROOT / "notebooks" / "05_vit_xla.md", ROOT / "book" / "intro.md")
+                ROOT / "notebooks" / "05_vit_xla.md", ROOT / "book" / "intro.md",
+                ROOT / "book" / "ledger.md")
 
 
 @pytest.mark.parametrize("page", ALWAYS_FRESH, ids=lambda p: p.stem)

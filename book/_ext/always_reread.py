@@ -3,12 +3,14 @@
 `mystnb: execution_mode: force` bypasses the execution cache, but only for a page Sphinx
 reads; an incremental build reads changed sources only, and would keep an old rendering
 of the choosing chapter (this build's evidence), of the intro (the book's verdicts, read
-from every chapter's claims), of the Reproduce page (this build's machine and id) and of
-the PyTorch/XLA page (it runs in a side environment that its code cells do not show, so
-the cache cannot tell when that changed). Listing them here makes every build read them.
+from every chapter's claims), of the Reproduce page (this build's machine and id), of the
+ledger (this build beside the committed bundles) and of the PyTorch/XLA page (it runs in a
+side environment that its code cells do not show, so the cache cannot tell when that
+changed). Listing them here makes every build read them.
 """
 
-ALWAYS_REREAD = ("notebooks/05_vit_xla", "notebooks/07_choosing", "book/reproduce", "book/intro")
+ALWAYS_REREAD = ("notebooks/05_vit_xla", "notebooks/07_choosing", "book/reproduce", "book/intro",
+                 "book/ledger")
 
 
 def outdated(app, env, added, changed, removed):

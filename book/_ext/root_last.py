@@ -1,12 +1,14 @@
-"""Sphinx extension: read, and so execute, the book's root page (the intro) after every
-other page.
+"""Sphinx extension: read, and so execute, the pages that read every chapter's claims after
+every other page: the ledger of builds, then the book's root page (the intro).
 
-The intro glues the book's decided verdicts from `claims.csv`, which every chapter writes
-while it executes. Sphinx reads (and myst-nb executes) documents in sorted docname order, so
-`book/intro` would run before `notebooks/...` and read the previous build's claims, or none.
-This moves the root document to the end of the read list; `always_reread` makes every build
-read it. The order holds in a serial read, which is how the book builds (no `-j`).
+Both glue from `claims.csv`, which every chapter writes while it executes. Sphinx reads (and
+myst-nb executes) documents in sorted docname order, so `book/intro` and `book/ledger` would
+run before `notebooks/...` and read the previous build's claims, or none. This moves them to
+the end of the read list, the root last; `always_reread` makes every build read them. The
+order holds in a serial read, which is how the book builds (no `-j`).
 """
+
+READ_LAST = ("book/ledger",)  # then the root document
 
 
 def root_doc(config) -> str:
@@ -15,11 +17,12 @@ def root_doc(config) -> str:
 
 
 def read_root_last(app, env, docnames: list[str]) -> None:
-    """`env-before-read-docs` handler: move the root document to the end, in place."""
-    root = root_doc(app.config)
-    if root in docnames:
-        docnames.remove(root)
-        docnames.append(root)
+    """`env-before-read-docs` handler: move the READ_LAST pages, then the root document, to
+    the end, in place (a page an incremental build does not read stays unread)."""
+    for doc in (*READ_LAST, root_doc(app.config)):
+        if doc in docnames:
+            docnames.remove(doc)
+            docnames.append(doc)
 
 
 def setup(app):

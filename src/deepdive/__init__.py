@@ -16,12 +16,15 @@ each; a module imports only from its own layer and the layers before it
    (the PyTorch/XLA route, run in its own environment and process).
 3. `deepdive.book`, the book's plumbing: `results` (tidy records per chapter), `provenance`
    (which build measured them), `calibration` (the tie band and CPU peak, measured once per
-   build), `claims` (every verdict in claims.csv, glued back into the prose), `plots` (house
-   style), `plan` (a chapter's estimated time and memory, refused when it cannot fit),
-   `plans` (every chapter's sizes at every scale) and `colab` (the Colab set-up cell).
+   build), `claims` (every verdict in claims.csv, glued back into the prose), `claim_ids`
+   (every claim id the pages can save), `bundles` (a build's evidence committed as a dated
+   bundle, and read back validated), `plots` (house style), `plan` (a chapter's estimated
+   time and memory, refused when it cannot fit), `plans` (every chapter's sizes at every
+   scale) and `colab` (the Colab set-up cell).
 4. `deepdive.chapters`, the pages' own code: each chapter's helpers and readings, `stability`
-   and `regimes` (the methodology page's experiments), and `evidence`, `guide` and
-   `bottom_line` (the choosing chapter's readings).
+   and `regimes` (the methodology page's experiments), `evidence`, `guide` and
+   `bottom_line` (the choosing chapter's readings), and `ledger` (the ledger page's: every
+   committed bundle beside this build, claim by claim).
 
 Importing the core or the plumbing imports neither torch nor jax (they are imported inside
 the functions that need them), so a page or worker that uses one framework never pays for

@@ -1,0 +1,510 @@
+"""deepdive.chapters.ledger: the ledger page's tables and sentences, from small fixture bundles
+and a fixture "this build" in tmp_path; the page's own code run with none, one and two
+bundles; and the claim-id registry checked against what the pages can save."""
+
+import ast
+import json
+import re
+import statistics
+from pathlib import Path
+
+import jupytext
+import pandas as pd
+import pytest
+import yaml
+from test_bundles import CPU, GPU, claim, hand_bundle, make_results, stamp
+
+from deepdive.book import bundles, claim_ids, provenance
+from deepdive.book.bundles import BundleError
+from deepdive.chapters import claim_map, evidence, ledger
+from deepdive.core import env
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "book" / "ledger.md"
+OLD = {"torch": "2.13.0", "jax": "0.10.2"}
+NEW = {"torch": "2.99.0", "jax": "0.99.0"}  # a release no test environment has
+# ratio, low, high: decided against a band of ±5% ("tie" inside [0.952, 1.05])
+FASTER, SLOWER, TIE, OPEN = (1.5, 1.4, 1.6), (0.6, 0.55, 0.65), (1.0, 0.99, 1.01), \
+    (1.05, 1.0, 1.1)
+
+
+def rows(**ratios):
+    """Claims of 01_vmap by id, each with its (ratio, low, high)."""
+    return [claim("01_vmap", claim_id, ratio) for claim_id, ratio in ratios.items()]
+
+
+def this_build(tmp_path, claims_rows, build_id="20261201T100000Z-new", device=CPU,
+               date="2026-12-01"):
+    stamps = [stamp(c, device=device, build_id=build_id, executed_at=f"{date} 10:00:00 UTC")
+              for c in dict.fromkeys(r["chapter"] for r in claims_rows)]
+    return ledger.this_build(make_results(tmp_path / "results", claims_rows, stamps))
+
+
+def committed(tmp_path, *specs):
+    """Bundles under tmp_path/builds from (claim rows, build.json changes), loaded."""
+    root = tmp_path / "builds"
+    for claims_rows, changes in specs:
+        hand_bundle(root, claims_rows, **changes)
+    return bundles.load_all(root, current=claim_map.current)
+
+
+# ---- columns ------------------------------------------------------------------------------
+
+def test_columns_put_this_build_first_then_cpu_then_gpu_bundles_oldest_first(tmp_path):
+    found = committed(tmp_path,
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-12-02", device=GPU,
+                                                             device_kind="gpu")),
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-30")),
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-28", versions=NEW)))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER))
+    labels = [c.label for c in ledger.columns(found, this)]
+    assert labels == ["this build", "2026-11-28_cpu-2core_torch-2.99.0_jax-0.99.0",
+                      "2026-11-30_cpu-2core_torch-2.13.0_jax-0.10.2",
+                      "2026-12-02_gpu-nvidia-h100-80gb-hbm3_torch-2.13.0_jax-0.10.2"]
+    assert [c.kind for c in ledger.columns(found, None)] == ["cpu", "cpu", "gpu"]
+
+
+def test_this_build_committed_as_a_bundle_shows_once(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=FASTER),
+                                 dict(build_id="20261201T100000Z-new", date="2026-12-01")))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER))
+    (only,) = ledger.columns(found, this)
+    assert (only.label, only.bundle) == ("this build", found[0].name)
+    assert only.build == found[0].build  # as committed (its Python, its flax)
+    table = ledger.provenance_table(found, this)
+    assert table.loc["this build", "committed"] == f"as {found[0].name}" and len(table) == 1
+
+
+def test_a_build_run_outside_make_book_never_matches_a_bundle(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=FASTER),
+                                 dict(build_id=provenance.OUTSIDE_BUILD)))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER), build_id=provenance.OUTSIDE_BUILD)
+    assert len(ledger.columns(found, this)) == 2
+
+
+def test_there_is_no_this_build_before_a_chapter_saved_a_claim(tmp_path):
+    assert ledger.this_build(tmp_path) is None
+    make_results(tmp_path, [], [stamp("01_vmap")])
+    assert ledger.this_build(tmp_path) is None
+
+
+def test_this_build_shows_stamps_that_disagree_in_its_notes(tmp_path):
+    claims_rows = rows(dot_jit_vs_compile=FASTER) + [claim("04_gpt_training",
+                                                           "char_fp32_jax_vs_torch")]
+    stamps = [stamp("01_vmap"), stamp("04_gpt_training", torch="2.12.0")]
+    this = ledger.this_build(make_results(tmp_path, claims_rows, stamps))
+    assert "chapters disagree on torch" in this.build["notes"]
+    assert "04_gpt_training" in ledger.provenance_table([], this).loc["this build", "notes"]
+
+
+def test_load_ledger_reads_bundles_and_this_build_and_fails_on_a_malformed_bundle(tmp_path):
+    hand_bundle(tmp_path / "builds", rows(dot_jit_vs_compile=FASTER))
+    make_results(tmp_path / "results", rows(dot_jit_vs_compile=FASTER))
+    found, this = ledger.load_ledger(tmp_path / "builds", tmp_path / "results")
+    assert len(found) == 1 and this.label == "this build"
+    hand_bundle(tmp_path / "builds", [claim("01_vmap", "foo_vs_bar")], date="2026-11-29")
+    with pytest.raises(BundleError, match="claims.csv: unknown claim id 'foo_vs_bar' \\(row 1\\)"):
+        ledger.load_ledger(tmp_path / "builds", tmp_path / "results")
+
+
+# ---- the tables ---------------------------------------------------------------------------
+
+def test_the_provenance_table_has_one_row_per_build(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=FASTER), dict(notes="a note")))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER))
+    table = ledger.provenance_table(found, this)
+    assert list(table.columns) == ["committed", "date", "device", "cores", "python", "torch",
+                                   "jax", "flax", "scale", "tie band", "notes"]
+    old = table.loc[found[0].name]
+    assert (old["torch"], old["jax"], old["flax"], old["tie band"], old["notes"], old["cores"]) \
+        == ("2.13.0", "0.10.2", "1.0", "±5.0%", "a note", 2)
+    assert (table.loc["this build", "committed"], old["committed"]) == ("no", "yes")
+    assert ledger.provenance_table([], None).empty
+
+
+def test_the_claims_table_recomputes_verdicts_and_marks_flips(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=SLOWER, dot_jit_vs_vmap=OPEN,
+                                      attention_jit_vs_vmap=TIE), dict(versions=NEW)))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER,
+                                     grads_jit_vs_compile=TIE))
+    table = ledger.claims_table(found, this)
+    name = found[0].name
+    assert table.loc[("01_vmap", "dot_jit_vs_compile"), "this build"] == \
+        "faster, 1.500 [1.400, 1.600]"
+    assert table.loc[("01_vmap", "dot_jit_vs_compile"), name] == "slower, 0.600 [0.550, 0.650]"
+    assert table.loc[("01_vmap", "grads_jit_vs_compile"), name] == ledger.ABSENT
+    assert table["flipped"].to_dict() == {
+        ("01_vmap", "attention_jit_vs_vmap"): "", ("01_vmap", "dot_jit_vs_compile"): "⇄ flipped",
+        ("01_vmap", "dot_jit_vs_vmap"): "", ("01_vmap", "grads_jit_vs_compile"): ""}
+    assert ledger.verdicts(found, this).loc[("01_vmap", "dot_jit_vs_vmap"), name] == "withheld"
+    html = ledger.styled_claims(found, this).to_html()
+    assert html.count("font-weight: bold") == 1 and "⇄ flipped" in html
+
+
+def test_ratios_keep_three_decimals_below_ten_one_below_a_thousand_none_above(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=(50.0, 40.0, 60.0),
+                                      dot_jit_vs_vmap=(1500.0, 900.0, 2000.0)),
+                                 dict(versions={"flax": None})))
+    table = ledger.claims_table(found, None)
+    assert table.iloc[:, 0].tolist() == ["faster, 50.0 [40.0, 60.0]",
+                                         "faster, 1500 [900.0, 2000]"]
+    assert ledger.provenance_table(found, None)["flax"].tolist() == ["none"]
+
+
+def test_claims_that_moved_are_matched_where_they_live_now(tmp_path):
+    found = committed(tmp_path, ([claim("03_torch_compile", "char_inductor_fp32")], {}))
+    this = this_build(tmp_path, [claim("04_gpt_training", "char_inductor_fp32", SLOWER)])
+    table = ledger.claims_table(found, this)
+    assert list(table.index) == [("04_gpt_training", "char_inductor_fp32")]
+    assert table["flipped"].iat[0] == "⇄ flipped"
+
+
+def test_claims_are_listed_by_chapter_then_id_with_sizes_in_numeric_order(tmp_path):
+    this = this_build(tmp_path, rows(dot_compile_vs_vmap_256=TIE, dot_compile_vs_vmap_16=TIE,
+                                     dot_compile_vs_vmap_64=TIE) + [claim("00_intro", "tiny_jit")])
+    assert [i for _, i in ledger.claims_table([], this).index] == [
+        "tiny_jit", "dot_compile_vs_vmap_16", "dot_compile_vs_vmap_64", "dot_compile_vs_vmap_256"]
+
+
+def test_an_empty_ledger_has_an_empty_table():
+    assert ledger.claims_table([], None).empty and ledger.flips([], None).empty
+
+
+def test_flips_say_what_the_builds_that_disagree_differ_in(tmp_path):
+    found = committed(
+        tmp_path,
+        (rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=OPEN, attention_jit_vs_vmap=FASTER),
+         {}),
+        (rows(dot_jit_vs_compile=SLOWER, dot_jit_vs_vmap=FASTER, attention_jit_vs_vmap=FASTER),
+         dict(date="2026-11-29", versions=NEW)),
+        (rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE, attention_jit_vs_vmap=FASTER),
+         dict(device=GPU, device_kind="gpu")),
+        (rows(attention_jit_vs_vmap=SLOWER), dict(date="2026-11-30")))
+    flipped = ledger.flips(found, None)
+    assert flipped["between"].to_dict() == {
+        ("01_vmap", "attention_jit_vs_vmap"): "builds of one release, device kinds, releases",
+        ("01_vmap", "dot_jit_vs_compile"): "device kinds, releases",
+        ("01_vmap", "dot_jit_vs_vmap"): "device kinds"}  # withheld in the first: no flip
+    assert flipped.loc[("01_vmap", "dot_jit_vs_vmap"), "question"] == \
+        "a workload: dot_jit_vs_vmap"
+    assert list(flipped.columns) == ["question", *(c.label for c in ledger.columns(found, None)),
+                                     "between"]
+
+
+# ---- what the release changed ---------------------------------------------------------------
+
+def test_the_release_pair_is_the_newest_cpu_build_and_the_newest_on_another_release(tmp_path):
+    assert ledger.release_pair([], None) is None
+    gpu = committed(tmp_path / "g", (rows(dot_jit_vs_compile=FASTER),
+                                     dict(device=GPU, device_kind="gpu")))
+    assert ledger.release_pair(gpu, None) is None
+    found = committed(tmp_path,
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-20")),
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-25",
+                                                             device="Intel Xeon (2 cores)")),
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-26", scale="medium")),
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-30", versions=NEW)))
+    old, new = ledger.release_pair(found, None)
+    # the older release on the newest build's CPU, though another CPU ran it later
+    assert (old.build["date"], new.build["date"]) == ("2026-11-20", "2026-11-30")
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER))  # 2026-12-01, installed pins
+    old, new = ledger.release_pair(found, this)
+    assert (old.build["date"], new.label) == ("2026-11-30", "this build")
+    one_day = committed(tmp_path / "d", (rows(dot_jit_vs_compile=FASTER),
+                                         dict(build_id="20261128T090000Z-b", versions=NEW)),
+                        (rows(dot_jit_vs_compile=FASTER), dict(build_id="20261128T080000Z-a")))
+    old, new = ledger.release_pair(one_day, None)  # on one date, the later build is the new
+    assert (old.build["build_id"], new.build["build_id"]) == ("20261128T080000Z-a",
+                                                              "20261128T090000Z-b")
+    same = committed(tmp_path / "s", (rows(dot_jit_vs_compile=FASTER), {}),
+                     (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-30")))
+    assert ledger.release_pair(same, None) is None  # one release, twice
+
+
+def test_release_changes_decide_the_ratio_of_ratios_against_the_wider_band(tmp_path):
+    wide = claim("01_vmap", "attention_jit_vs_vmap", (1.0, 0.99, 1.01), band=0.05)
+    wide["decision_band"] = 0.2  # a noisy side widened this claim's band in the old build
+    old, new = (ledger.columns(committed(tmp_path / name, (claims_rows, changes)), None)[0]
+                for name, claims_rows, changes in (
+        ("old", rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=TIE,
+                     dot_vmap_vs_batched=TIE) + [wide], {}),
+        ("new", rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=SLOWER,
+                     grads_jit_vs_compile=TIE, dot_vmap_vs_batched=OPEN,
+                     attention_jit_vs_vmap=(1.15, 1.12, 1.18), attention_vmap_vs_batched=TIE),
+         dict(versions=NEW))))
+    changes = ledger.release_changes(old, new)
+    assert changes["change"].to_dict() == {
+        ("01_vmap", "dot_jit_vs_compile"): "moved", ("01_vmap", "dot_jit_vs_vmap"): "moved",
+        ("01_vmap", "grads_jit_vs_compile"): "steady",
+        ("01_vmap", "dot_vmap_vs_batched"): "undecided",
+        ("01_vmap", "attention_jit_vs_vmap"): "steady"}  # it would move against ±5%
+    moved = changes.loc[("01_vmap", "dot_jit_vs_compile")]
+    assert moved["reading"] == "the candidate gained against its baseline"
+    assert moved[["ratio", "low", "high"]].tolist() == pytest.approx([1.5, 1.4 / 1.01, 1.6 / 0.99])
+    assert (moved["old"], moved["new"]) == ("tie, 1.000 [0.990, 1.010]",
+                                            "faster, 1.500 [1.400, 1.600]")
+    assert changes.loc[("01_vmap", "dot_jit_vs_vmap"), "reading"] == \
+        "the candidate lost against its baseline"
+    assert changes.loc[("01_vmap", "attention_jit_vs_vmap"), "band"] == 0.2
+
+
+def test_a_claim_saved_without_a_decision_band_is_decided_against_its_tie_band(tmp_path):
+    saved = claim("01_vmap", "dot_jit_vs_compile", TIE, band=0.7)
+    saved["decision_band"] = ""
+    old, new = (ledger.columns(committed(tmp_path / name, ([row], changes)), None)[0]
+                for name, row, changes in (("old", saved, {}), ("new", claim(
+                    "01_vmap", "dot_jit_vs_compile", FASTER), dict(versions=NEW))))
+    changes = ledger.release_changes(old, new)
+    assert changes["band"].iat[0] == 0.7 and changes["change"].iat[0] == "steady"
+
+
+def test_a_release_is_never_compared_across_device_kinds(tmp_path):
+    cpu, gpu = ledger.columns(committed(tmp_path, (rows(dot_jit_vs_compile=TIE), {}),
+                                        (rows(dot_jit_vs_compile=TIE),
+                                         dict(device=GPU, device_kind="gpu"))), None)
+    with pytest.raises(ValueError, match="one kind of device"):
+        ledger.release_changes(cpu, gpu)
+
+
+def test_the_release_table_and_sentence_name_the_moved_claims(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE,
+                                      grads_jit_vs_compile=TIE), {}))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=FASTER,
+                                     grads_jit_vs_compile=OPEN))
+    table = ledger.release_table(found, this)
+    old = f"{found[0].name} (torch 2.13.0, jax 0.10.2)"
+    new = f"this build (torch {env.versions()['torch']}, jax {env.versions()['jax']})"
+    assert list(table.columns) == [old, new, "new / old [95% interval]", "change", "reading"]
+    assert list(table["change"]) == ["moved", "undecided", "steady"]  # moved first
+    assert table["new / old [95% interval]"].iat[0] == "1.500 [1.386, 1.616]; band ±5.0%"
+    assert ledger.release_sentence(found, this) == (
+        f"From {old} to {new}, both on the CPU at small scale, 1 of the 3 claims both builds "
+        "made moved beyond the wider of their two bands: in 1 the candidate gained against "
+        "its baseline (dot_jit_vs_vmap); 1 held steady and 1 stayed undecided.")
+    lost = this_build(tmp_path / "l", rows(dot_jit_vs_compile=SLOWER, dot_jit_vs_vmap=FASTER,
+                                           grads_jit_vs_compile=SLOWER))
+    assert ": in 1 the candidate gained against its baseline (dot_jit_vs_vmap), in 2 the " \
+           "candidate lost against its baseline (dot_jit_vs_compile, grads_jit_vs_compile); 0 " \
+           "held steady" in ledger.release_sentence(found, lost)
+
+
+def test_the_release_sentence_when_nothing_moved_or_nothing_is_shared(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=TIE), {}))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=TIE))
+    assert "0 of the 1 claim both builds made moved beyond the wider of their two bands; " \
+           "1 held steady and 0 stayed undecided." in ledger.release_sentence(found, this)
+    other = this_build(tmp_path / "o", rows(dot_jit_vs_vmap=TIE))
+    assert ledger.release_sentence(found, other).endswith(
+        "share no claim, so nothing can be said about what the release changed.")
+
+
+def test_without_two_cpu_releases_the_release_section_says_why(tmp_path):
+    expected = ("Comparing releases needs two CPU builds at one scale on different torch or jax "
+                "versions; this ledger has no CPU builds.")
+    assert ledger.release_sentence([], None) == expected
+    assert ledger.release_table([], None).iat[0, 0] == expected
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=TIE))
+    assert ledger.release_sentence([], this).endswith(
+        f"this ledger has 1 CPU build (this build (torch {env.versions()['torch']}, jax "
+        f"{env.versions()['jax']})).")
+
+
+# ---- what this build found ----------------------------------------------------------------
+
+def test_the_found_sentence_with_no_build_and_no_bundle(tmp_path):
+    assert ledger.found_sentence([], None) == (
+        "This build has saved no claims yet, so it has no column here; no bundles are "
+        "committed under book/data/builds/.")
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=TIE), {}))
+    assert ledger.found_sentence(found, None).endswith("1 bundle is committed under "
+                                                       "book/data/builds/.")
+
+
+def test_the_found_sentence_when_this_build_stands_alone(tmp_path):
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE))
+    assert ledger.found_sentence([], this) == (
+        "This build saved 2 claims, and no bundle is committed under book/data/builds/ yet: "
+        "they stand alone until another build's bundle is added (below).")
+    own = committed(tmp_path, (rows(dot_jit_vs_compile=TIE),
+                               dict(build_id="20261201T100000Z-new", date="2026-12-01")))
+    assert "the only committed bundle is this build's own" in ledger.found_sentence(own, this)
+
+
+def test_the_found_sentence_counts_claims_that_held_flipped_or_stayed_open(tmp_path):
+    found = committed(
+        tmp_path,
+        (rows(dot_jit_vs_compile=SLOWER, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=OPEN),
+         dict(versions=NEW)),
+        (rows(dot_jit_vs_compile=FASTER), dict(build_id="20261201T100000Z-new",
+                                               date="2026-12-01")))
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE,
+                                     grads_jit_vs_compile=TIE, attention_jit_vs_vmap=TIE))
+    assert ledger.found_sentence(found, this) == (
+        f"2 bundles are committed, this build's own among them ({found[1].name}). Of this "
+        "build's 4 claims, 3 were also made by another build: 1 reached the same verdict in "
+        "every build that decided it, 1 flipped (dot_jit_vs_compile), and 1 was decided by "
+        "fewer than two builds.")
+
+
+def test_the_found_sentence_names_five_flips_and_counts_the_rest(tmp_path):
+    ids = ["dot_jit_vs_compile", "dot_jit_vs_vmap", "dot_vmap_vs_batched", "attention_jit_vs_vmap",
+           "attention_jit_vs_compile", "attention_vmap_vs_batched"]
+    found = committed(tmp_path, (rows(**dict.fromkeys(ids, SLOWER)), {}))
+    this = this_build(tmp_path, rows(**dict.fromkeys(ids, FASTER)))
+    assert ledger.found_sentence(found, this).endswith(
+        "0 reached the same verdict in every build that decided them, 6 flipped ("
+        + ", ".join(sorted(ids)[:5]) + " and 1 more), and 0 were decided by fewer than two "
+        "builds.")
+
+
+# ---- the page -----------------------------------------------------------------------------
+
+def page_cells():
+    return [c for c in jupytext.read(PAGE).cells if c.cell_type == "code"]
+
+
+def run_page(book: Path, monkeypatch) -> dict:
+    """Run the page's code cells in a book at `book`, as the build would; returns what it
+    glued and the value of each shown cell."""
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+
+    (book / "_toc.yml").write_text("root: book/intro\n")
+    monkeypatch.chdir(book)
+    monkeypatch.setenv("DEEPDIVE_RESULTS_DIR", str(book / "_build" / "results"))
+    shell = InteractiveShell.instance()
+    shell.display_pub = CapturingDisplayPublisher()
+    try:
+        namespace, shown = {}, []
+        for cell in page_cells():
+            *body, last = ast.parse(cell.source).body
+            exec(compile(ast.Module(body, []), "<cell>", "exec"), namespace)
+            value = (eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+                     if isinstance(last, ast.Expr) else None)
+            if not isinstance(last, ast.Expr):
+                exec(compile(ast.Module([last], []), "<cell>", "exec"), namespace)
+            shown.append(value)
+        glued = {o["metadata"]["scrapbook"]["name"]: o["data"] for o in shell.display_pub.outputs}
+    finally:
+        InteractiveShell.clear_instance()
+        pd.reset_option("display.max_colwidth")
+    return {"glued": {k: next(iter(v.values())) for k, v in glued.items()}, "shown": shown}
+
+
+@pytest.mark.parametrize("bundle_count", [0, 1, 2])
+def test_the_page_builds_with_no_one_or_two_bundles_and_says_so(tmp_path, monkeypatch,
+                                                                bundle_count):
+    builds = tmp_path / "book" / "data" / "builds"
+    for i in range(bundle_count):
+        hand_bundle(builds, rows(dot_jit_vs_compile=TIE), date=f"2026-11-2{i}",
+                    versions=NEW if i else {}, build_id=f"an earlier build {i}")
+    make_results(tmp_path / "_build" / "results", rows(dot_jit_vs_compile=FASTER))
+    ran = run_page(tmp_path, monkeypatch)
+    found = ran["glued"]["ledger_found"]
+    if bundle_count == 0:
+        assert "no bundle is committed under book/data/builds/ yet" in found
+    else:
+        assert f"{bundle_count} bundle" in found and "1 flipped (dot_jit_vs_compile)" in found
+    assert ("moved" in ran["glued"]["release_found"]) == (bundle_count > 0)
+    provenance_table, release_table, claims_styled, flipped = ran["shown"][1:]
+    assert len(provenance_table) == bundle_count + 1
+    assert len(release_table) == 1 and len(claims_styled.data) == 1
+    assert len(flipped) == (bundle_count > 0)
+
+
+def test_the_page_fails_on_a_malformed_bundle(tmp_path, monkeypatch):
+    folder = hand_bundle(tmp_path / "book" / "data" / "builds", rows(dot_jit_vs_compile=TIE))
+    (folder / "provenance.csv").unlink()
+    with pytest.raises(BundleError, match=f"book/data/builds/{folder.name}/provenance.csv: file "
+                                          "missing"):
+        run_page(tmp_path, monkeypatch)
+
+
+def test_the_page_re_executes_every_build_and_keeps_its_cells_short():
+    assert jupytext.read(PAGE).metadata["mystnb"] == {"execution_mode": "force"}
+    cells = page_cells()
+    assert [c.metadata.get("tags") for c in cells][0] == ["remove-cell"]  # the one set-up cell
+    assert all(not c.metadata.get("tags") for c in cells[1:])
+    assert statistics.median(len(c.source.splitlines()) for c in cells) < 10
+    text = PAGE.read_text()
+    assert [line for line in text.splitlines() if line.startswith("## ")] == [
+        "## The builds", "## What the release changed", "## Claim by claim", "## Add your build"]
+
+
+def test_the_page_sits_after_reproduce_in_the_table_of_contents():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    about = next(p for p in toc["parts"] if p["caption"] == "About this book")["chapters"]
+    files = [c["file"] for c in about]
+    assert files.index("book/ledger") == files.index("book/reproduce") + 1
+
+
+# ---- the registry of claim ids --------------------------------------------------------------
+
+SPELLED_OUT = re.compile(r"""(?:compare|claim)\(\s*f?["']([A-Za-z0-9_{}]+)["']""")
+# Ids a loop hands to `compare(claim_id, ...)`: chapter 3's (label, id) and (id, baseline,
+# candidate) tuples.
+LOOP_FED = re.compile(r'\("[^"]+", "(tiny_\w+)"\)|\("(mlp_\w+)", "[^"]+", "[^"]+"\)')
+
+
+def spelled_out_ids():
+    """Every claim id the pages and helpers spell out in a `compare(` or `claim(` call (or
+    feed one from a loop), each f-string field filled with every value its code can give
+    it, and the ids the helpers' own tables and the claim map name."""
+    from deepdive.book import plans
+    from deepdive.chapters import gpt_training, vit_training, vmap
+
+    gpts = {w.key for scale in env.SCALES for w in plans.sizes("04_gpt_training", scale).workloads}
+    fields = {"w": set(vmap.WORKLOADS), "b": {"16"}, "batch": {"32"}, "n": {"4"},
+              "framework": {"torch", "jax"}, "p": {"fp32", "bf16"},
+              "part": {"forward", "backward"}, "prefix": {"", "defaults_"}}
+    ids = set()
+    for path in [*sorted((ROOT / "notebooks").glob("*.md")),
+                 *sorted((ROOT / "src" / "deepdive" / "chapters").glob("*.py"))]:
+        text = path.read_text()
+        spelled = set(SPELLED_OUT.findall(text)) | {a or b for a, b in LOOP_FED.findall(text)}
+        named = {i for i in spelled if "{" not in i}
+        own = fields | {  # {key} is a GPT's in gpt_training.py, a route's on the XLA page
+            "key": {"xla_lazy", "xla_compile", "torchax"} if "vit_xla" in path.name else gpts,
+            "name": named}  # jit_xla.fusion_claims: f"{prefix}{name}"
+        ids |= named
+        for template in spelled - named:
+            filled = {template}
+            for field, values in own.items():
+                filled = {f.replace(f"{{{field}}}", v) for f in filled for v in values}
+            assert not any("{" in f for f in filled), f"no values for a field of {template!r}"
+            ids |= filled
+    ids |= {claim_id for claim_id, *_ in vmap.GRAD_CLAIMS}
+    ids |= {gpt_training.benchmark_claim_id(k, m, p) for k in gpts
+            for m in gpt_training.BENCHMARK_SLUGS for p in ("fp32", "bf16")}
+    ids |= {vit_training.bf16_claim_id(m) for m in (
+        "torch eager, SDPA", "torch.compile, SDPA", "jax.jit split/merge",
+        "jax.jit split/merge, dot_product_attention")}
+    ids |= {i.replace("{n}", "8") for item in evidence.EVIDENCE
+            if isinstance(item, evidence.FromClaim) for i in item.claim_ids}
+    ids |= {i for pair in claim_map.MOVED.items() for _, i in pair}
+    return ids
+
+
+def test_the_registry_knows_every_claim_id_the_book_spells_out():
+    ids = spelled_out_ids()
+    assert len(ids) > 90  # the spelling-out found the pages' claims
+    assert claim_ids.unknown(sorted(ids)) == []
+
+
+@pytest.mark.book
+def test_every_claim_of_the_built_book_is_in_the_registry():
+    built = ROOT / "_build" / "results" / "claims.csv"
+    if not built.exists():
+        pytest.skip("no _build/results/claims.csv: build the book first (make book)")
+    saved = pd.read_csv(built)
+    followed = [claim_map.current(c, i)[1] for c, i in zip(saved["chapter"], saved["claim_id"],
+                                                             strict=True)]
+    assert claim_ids.unknown(followed) == [], (
+        "claims.csv holds ids deepdive.book.claim_ids.CLAIM_IDS does not know: add patterns")
+
+
+def test_the_committed_bundles_are_valid():
+    """What the page checks when the book builds, checked here without building it."""
+    for found in bundles.load_all(ROOT / "book" / "data" / "builds", current=claim_map.current):
+        assert json.loads((found.folder / "build.json").read_text()) == found.build
+
