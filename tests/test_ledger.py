@@ -4,6 +4,7 @@ bundles; and the claim-id registry checked against what the pages can save."""
 
 import ast
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -240,7 +241,9 @@ def test_release_changes_decide_the_ratio_of_ratios_against_the_wider_band(tmp_p
         ("01_vmap", "attention_jit_vs_vmap"): "steady"}  # it would move against ±5%
     moved = changes.loc[("01_vmap", "dot_jit_vs_compile")]
     assert moved["reading"] == "the candidate gained against its baseline"
-    assert moved[["ratio", "low", "high"]].tolist() == pytest.approx([1.5, 1.4 / 1.01, 1.6 / 0.99])
+    low = 1.5 * math.exp(-math.hypot(math.log(1.5 / 1.4), math.log(1.01)))
+    high = 1.5 * math.exp(math.hypot(math.log(1.6 / 1.5), -math.log(0.99)))
+    assert moved[["ratio", "low", "high"]].tolist() == pytest.approx([1.5, low, high])
     assert (moved["old"], moved["new"]) == ("tie, 1.000 [0.990, 1.010]",
                                             "faster, 1.500 [1.400, 1.600]")
     assert changes.loc[("01_vmap", "dot_jit_vs_vmap"), "reading"] == \
@@ -276,7 +279,7 @@ def test_the_release_table_and_sentence_name_the_moved_claims(tmp_path):
     new = f"this build (torch {env.versions()['torch']}, jax {env.versions()['jax']})"
     assert list(table.columns) == [old, new, "new / old [95% interval]", "change", "reading"]
     assert list(table["change"]) == ["moved", "undecided", "steady"]  # moved first
-    assert table["new / old [95% interval]"].iat[0] == "1.500 [1.386, 1.616]; band ±5.0%"
+    assert table["new / old [95% interval]"].iat[0] == "1.500 [1.399, 1.601]; band ±5.0%"
     assert ledger.release_sentence(found, this) == (
         f"From {old} to {new}, both on the CPU at small scale, 1 of the 3 claims both builds "
         "made moved beyond the wider of their two bands: in 1 the candidate gained against "

@@ -8,11 +8,11 @@ committed as a bundle shows once. Every verdict is recomputed from its saved rat
 interval and bands with the book's one rule (`deepdive.book.claims.reread_verdict`); the
 saved word is never read. A claim *flips* where two builds decided it differently (a
 withheld verdict decides nothing). Between two CPU builds of different releases at one
-scale, each shared claim's ratio of ratios (new over old, with a conservative interval) is
-decided by the same rule against the wider of the two claims' decision bands: the claim
-*moved* (its candidate gained or lost against its baseline), held *steady*, or is
-*undecided*. GPU builds are columns of their own, labelled with their device, and never
-enter that comparison.
+scale, each shared claim's ratio of ratios (new over old, with a 95% interval that combines
+the two builds' intervals as independent estimates) is decided by the same rule against the
+wider of the two claims' decision bands: the claim *moved* (its candidate gained or lost
+against its baseline), held *steady*, or is *undecided*. GPU builds are columns of their
+own, labelled with their device, and never enter that comparison.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from deepdive.core import env
 from deepdive.core.verdict import DECIDED, TieBand, classify
 
 __all__ = ["ABSENT", "CHANGES", "FLIPPED", "THIS_BUILD", "Column", "claims_table", "columns",
-           "flips", "found_sentence", "load_ledger", "provenance_table", "release_changes",
+           "flips", "found_sentence", "load_ledger", "provenance_table", "ratio_of_ratios",
+           "release_changes",
            "release_pair", "release_sentence", "release_table", "styled_claims", "this_build",
            "verdicts"]
 
@@ -230,12 +231,25 @@ def _decision_band(row) -> float:
     return float(row["tie_band"]) if pd.isna(wide) else float(wide)
 
 
+def ratio_of_ratios(was, now) -> tuple[float, float, float]:
+    """New over old for one claim of two builds, with a 95% interval: the builds' rounds are
+    independent, so in log space the distances from each median to its interval's ends add
+    in quadrature (the new build's low end with the old one's high end, and the reverse).
+    Dividing one interval's ends by the other's would assume both builds at their 95%
+    extremes at once, which neither interval allows."""
+    r_old, lo_old, hi_old = (math.log(float(was[k])) for k in ("ratio", "low", "high"))
+    r_new, lo_new, hi_new = (math.log(float(now[k])) for k in ("ratio", "low", "high"))
+    centre = r_new - r_old
+    below = math.hypot(r_new - lo_new, hi_old - r_old)
+    above = math.hypot(hi_new - r_new, r_old - lo_old)
+    return math.exp(centre), math.exp(centre - below), math.exp(centre + above)
+
+
 def release_changes(old: Column, new: Column) -> pd.DataFrame:
     """Each claim both builds made, between two builds on one device kind: both verdicts and
-    values, the ratio of ratios new/old with a conservative 95% interval (low_new/high_old,
-    high_new/low_old), decided by the rule against the wider of the two claims' decision
-    bands: "moved" (the candidate gained or lost against its baseline), "steady" (within
-    the band) or "undecided"."""
+    values, the ratio of ratios new/old with its 95% interval (`ratio_of_ratios`), decided by
+    the rule against the wider of the two claims' decision bands: "moved" (the candidate
+    gained or lost against its baseline), "steady" (within the band) or "undecided"."""
     if old.kind != new.kind:
         raise ValueError(f"a release is compared on one kind of device: {old.label} ran on "
                          f"a {old.kind}, {new.label} on a {new.kind}")
@@ -244,9 +258,7 @@ def release_changes(old: Column, new: Column) -> pd.DataFrame:
     for _, pair in both.iterrows():
         was, now = (pair.filter(like=s).rename(lambda k, s=s: k.removesuffix(s))
                     for s in ("_old", "_new"))
-        ratio = float(now["ratio"]) / float(was["ratio"])
-        low, high = (float(now["low"]) / float(was["high"]),
-                     float(now["high"]) / float(was["low"]))
+        ratio, low, high = ratio_of_ratios(was, now)
         band = max(_decision_band(was), _decision_band(now))
         decided = classify(ratio, low, high, TieBand(band))
         change, reading = CHANGES[decided]
