@@ -431,3 +431,16 @@ def test_a_glance_verdict_keeps_the_noisy_mark_and_names_a_memory_row():
     assert choosing._verdict_word(noisy) == "JAX faster; noisy, size uncertain"
     assert choosing._verdict_word({**noisy, "result": "faster, 1.5x"}) == "JAX faster"
     assert choosing._verdict_word({"verdict": "tie", "favours": "tie", "result": ""}) == "tie"
+
+
+def test_the_intro_names_the_releases_and_device_its_verdicts_were_measured_with(tmp_path):
+    assert choosing.releases_measured(tmp_path) == "No page has saved results in this build yet."
+    pd.DataFrame({"chapter": ["01_vmap", "05_vit_xla", "06_distributed"],
+                  "device": ["Xeon (1 of 2 cores)", "Xeon (1 of 2 cores)", "Xeon (2 cores)"],
+                  "scale": ["small"] * 3,
+                  "torch": ["2.15.0+cu132", "2.9.0 (routes, in the worker); 2.15.0 (this page)",
+                            "2.15.0+cu132"],
+                  "jax": ["0.12.0.1"] * 3}).to_csv(tmp_path / "provenance.csv", index=False)
+    assert choosing.releases_measured(tmp_path) == (
+        "These verdicts were measured with torch 2.15.0 and jax 0.12.0.1, on Xeon (1 of 2 "
+        "cores), at small scale (each page's own stamp is on the Reproduce page).")

@@ -20,7 +20,7 @@ from deepdive.chapters import evidence, guide
 from deepdive.core.env import is_cpu_label
 
 __all__ = ["ALL_FOUND", "DECIDED", "UNMEASURED", "at_a_glance", "batched_note", "has_pallas_triton",
-           "pallas_backend", "pallas_launch", "pallas_ran",
+           "pallas_backend", "pallas_launch", "pallas_ran", "releases_measured",
            "claims_figure", "data_dir", "evidence_dir", "evidence_status", "findings",
            "glance_counts", "guide_counts", "guide_scope", "kernels_ran", "measured_in",
            "provenance_tables", "short_errors", "short_traceback", "sizes_run", "slides_readings",
@@ -266,6 +266,30 @@ def pallas_ran(backend: str | None, platform: str, device_kind: str) -> str:
         return (f"not run: this JAX has no Pallas backend for {device_kind} (the Triton "
                 "backend is gone and Mosaic GPU needs Hopper or newer)")
     return names[backend]
+
+
+def releases_measured(folder: Path) -> str:
+    """The intro's line on what measured its verdicts, read from the pages' stamps
+    (`provenance.csv` in `folder`): the torch and jax releases, the device and the scale.
+    A page that names two torch versions (the PyTorch/XLA page's worker and its own) counts
+    by its own; the device is the one most pages ran on."""
+    from deepdive.book import provenance
+
+    stamps = provenance.load(folder)
+    if stamps is None or stamps.empty:
+        return "No page has saved results in this build yet."
+
+    def own(version: str) -> str:  # "2.9.0 (routes, in the worker); 2.15.0 (this page)"
+        return version.split(";")[-1].replace("(this page)", "").strip().split("+")[0]
+
+    def listed(values) -> str:
+        return " and ".join(sorted({own(str(v)) for v in values}))
+
+    device = stamps["device"].mode().iat[0]
+    scale = listed(stamps["scale"])
+    return (f"These verdicts were measured with torch {listed(stamps['torch'])} and jax "
+            f"{listed(stamps['jax'])}, on {device}, at {scale} scale (each page's own stamp is "
+            "on the Reproduce page).")
 
 
 def has_pallas_triton() -> bool:

@@ -87,8 +87,8 @@ class JitCheck:
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame({"jax": [self.jax], "backend": [self.backend], "rows": [self.rows],
-                             "eager, last row": [self.eager_last],
-                             "jax.jit, last row": [self.jit_last],
+                             "eager, last row": [f"{self.eager_last:,.0f}"],
+                             "jax.jit, last row": [f"{self.jit_last:,.0f}"],
                              "rows that differ": [self.mismatches],
                              "upstream bug": [self.known_bug or "none: jit equals eager"]})
 
@@ -96,7 +96,8 @@ class JitCheck:
 def jit_matches_eager(rows: int = JAX_39103_ROWS) -> JitCheck:
     """Chapter 1: `jax.jit(jax.vmap(row -> sum((m @ row) ** 2)))` against the same function
     eager, on `rows` float32 rows `(i, 0, 0)` with `m` the 3x3 identity: every output is
-    `i**2`, exact in float32 (below 2**24 rows' squares stay integers up to 2**30). jax 0.10.2
+    `i**2` rounded to float32 (exact up to i = 4096), the same rounding eager and jitted, so
+    the two must agree exactly. jax 0.10.2
     returned wrong values under jit on the CPU from 32,769 rows (jax-ml/jax#39103). Returns
     the comparison; a mismatch is that known upstream bug, which the page reports."""
     import jax
@@ -122,12 +123,12 @@ def jit_check_reading(check: JitCheck) -> str:
     """The sentence the page glues for the check: it passed, or which upstream bug failed it."""
     where = f"jax {check.jax} on the {check.backend.upper()}, {check.rows:,} rows"
     if check.matches:
-        return (f"With {where}, `jax.jit` returned exactly what eager execution did, row for "
+        return (f"With {where}, jax.jit returned exactly what eager execution did, row for "
                 f"row: this build's JAX does not show {JAX_39103}'s wrong result.")
-    return (f"With {where}, `jax.jit` returned {check.jit_last:,.0f} for the last row where "
+    return (f"With {where}, jax.jit returned {check.jit_last:,.0f} for the last row where "
             f"eager execution returned {check.eager_last:,.0f} ({check.mismatches:,} "
             f"{'row differs' if check.mismatches == 1 else 'rows differ'}): this build's JAX "
-            f"has the known upstream bug [{JAX_39103}]({JAX_39103_URL}), so treat its jitted "
+            f"has the known upstream bug {JAX_39103} ({JAX_39103_URL}), so treat its jitted "
             "vmapped reductions at this size with suspicion.")
 
 
