@@ -398,7 +398,8 @@ def test_a_mismatch_is_reported_as_the_known_upstream_bug():
     assert not wrong.matches and wrong.known_bug == ch.JAX_39103
     said = ch.jit_check_reading(wrong)
     assert "1,065,369,600" in said and "1,073,741,824" in said and "1 row differs" in said
-    assert "known upstream bug jax-ml/jax#39103 (https://github.com/jax-ml/jax/issues/39103)" in said
+    assert ("known upstream bug jax-ml/jax#39103 (https://github.com/jax-ml/jax/issues/39103)"
+            in said)
     assert wrong.table()["jax.jit, last row"].iat[0] == "1,065,369,600"
     assert wrong.table()["upstream bug"].iat[0] == ch.JAX_39103
     with pytest.raises(ValueError, match="rows must be a positive count"):

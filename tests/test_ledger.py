@@ -13,7 +13,7 @@ import jupytext
 import pandas as pd
 import pytest
 import yaml
-from test_bundles import CPU, GPU, claim, hand_bundle, make_results, stamp
+from test_bundles import CPU, GPU, JAX, TORCH, claim, hand_bundle, make_results, stamp
 
 from deepdive.book import bundles, claim_ids, provenance
 from deepdive.book.bundles import BundleError
@@ -51,18 +51,24 @@ def committed(tmp_path, *specs):
 
 # ---- columns ------------------------------------------------------------------------------
 
-def test_columns_put_this_build_first_then_cpu_then_gpu_bundles_oldest_first(tmp_path):
+def test_columns_put_cpu_then_gpu_bundles_oldest_first_then_this_build(tmp_path):
     found = committed(tmp_path,
-                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-12-02", device=GPU,
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-27", device=GPU,
                                                              device_kind="gpu")),
-                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-30")),
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-30",
+                                                             build_id="20261130T090000Z-b")),
+                      (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-30", versions=NEW,
+                                                             build_id="20261130T080000Z-a")),
                       (rows(dot_jit_vs_compile=FASTER), dict(date="2026-11-28", versions=NEW)))
     this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER))
     labels = [c.label for c in ledger.columns(found, this)]
-    assert labels == ["this build", "2026-11-28_cpu-2core_torch-2.99.0_jax-0.99.0",
+    # on one date, the earlier build id first, whatever its folder's name
+    assert labels == ["2026-11-28_cpu-2core_torch-2.99.0_jax-0.99.0",
+                      "2026-11-30_cpu-2core_torch-2.99.0_jax-0.99.0",
                       "2026-11-30_cpu-2core_torch-2.13.0_jax-0.10.2",
-                      "2026-12-02_gpu-nvidia-h100-80gb-hbm3_torch-2.13.0_jax-0.10.2"]
-    assert [c.kind for c in ledger.columns(found, None)] == ["cpu", "cpu", "gpu"]
+                      "2026-11-27_gpu-nvidia-h100-80gb-hbm3_torch-2.13.0_jax-0.10.2",
+                      "this build"]
+    assert [c.kind for c in ledger.columns(found, None)] == ["cpu", "cpu", "cpu", "gpu"]
 
 
 def test_this_build_committed_as_a_bundle_shows_once(tmp_path):
@@ -74,6 +80,19 @@ def test_this_build_committed_as_a_bundle_shows_once(tmp_path):
     assert only.build == found[0].build  # as committed (its Python, its flax)
     table = ledger.provenance_table(found, this)
     assert table.loc["this build", "committed"] == f"as {found[0].name}" and len(table) == 1
+
+
+def test_a_bundle_of_this_build_with_other_claims_keeps_both_columns(tmp_path):
+    """Pages re-run after the bundle was written: the bundle no longer holds this build's
+    claims, so it is not shown as this build."""
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=FASTER),
+                                 dict(build_id="20261201T100000Z-new", date="2026-12-01")))
+    for changed in (rows(dot_jit_vs_compile=(1.5, 1.4, 1.7)),  # one number
+                    rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE)):  # one more claim
+        this = this_build(tmp_path / str(len(changed)), changed)
+        bundle, mine = ledger.columns(found, this)
+        assert (bundle.label, mine.label, mine.bundle) == (found[0].name, "this build", "")
+        assert ledger.provenance_table(found, this)["committed"].tolist() == ["yes", "no"]
 
 
 def test_a_build_run_outside_make_book_never_matches_a_bundle(tmp_path):
@@ -189,7 +208,14 @@ def test_flips_say_what_the_builds_that_disagree_differ_in(tmp_path):
     assert flipped.loc[("01_vmap", "dot_jit_vs_vmap"), "question"] == \
         "a workload: dot_jit_vs_vmap"
     assert list(flipped.columns) == ["question", *(c.label for c in ledger.columns(found, None)),
-                                     "between"]
+                                     "between", "change between releases"]
+    # the release pair: 2026-11-29 (NEW) and 2026-11-30, which made only one of these claims
+    assert flipped["change between releases"].to_dict() == {
+        ("01_vmap", "attention_jit_vs_vmap"): "moved", ("01_vmap", "dot_jit_vs_compile"): "—",
+        ("01_vmap", "dot_jit_vs_vmap"): "—"}
+    cpu_and_gpu = [b for b in found if b.build["versions"]["torch"] == OLD["torch"]][:2]
+    assert ledger.release_pair(cpu_and_gpu, None) is None
+    assert "change between releases" not in ledger.flips(cpu_and_gpu, None).columns
 
 
 # ---- what the release changed ---------------------------------------------------------------
@@ -223,22 +249,28 @@ def test_the_release_pair_is_the_newest_cpu_build_and_the_newest_on_another_rele
 
 
 def test_release_changes_decide_the_ratio_of_ratios_against_the_wider_band(tmp_path):
-    wide = claim("01_vmap", "attention_jit_vs_vmap", (1.0, 0.99, 1.01), band=0.05)
-    wide["decision_band"] = 0.2  # a noisy side widened this claim's band in the old build
-    old, new = (ledger.columns(committed(tmp_path / name, (claims_rows, changes)), None)[0]
-                for name, claims_rows, changes in (
-        ("old", rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=TIE,
-                     dot_vmap_vs_batched=TIE) + [wide], {}),
-        ("new", rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=SLOWER,
-                     grads_jit_vs_compile=TIE, dot_vmap_vs_batched=OPEN,
-                     attention_jit_vs_vmap=(1.15, 1.12, 1.18), attention_vmap_vs_batched=TIE),
-         dict(versions=NEW))))
+    wide = [claim("01_vmap", claim_id, TIE, band=0.05)
+            for claim_id in ("attention_jit_vs_vmap", "attention_jit_vs_compile")]
+    for row in wide:
+        row["decision_band"] = 0.2  # a noisy side widened these claims' bands in the old build
+    found = committed(
+        tmp_path,
+        (rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=TIE,
+              dot_vmap_vs_batched=TIE) + wide, {}),
+        (rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=SLOWER, grads_jit_vs_compile=TIE,
+              dot_vmap_vs_batched=OPEN, attention_jit_vs_vmap=(1.15, 1.12, 1.18),
+              attention_jit_vs_compile=(1.3, 1.25, 1.35), attention_vmap_vs_batched=TIE),
+         dict(date="2026-11-30", versions=NEW)))
+    old, new = ledger.release_pair(found, None)
     changes = ledger.release_changes(old, new)
     assert changes["change"].to_dict() == {
         ("01_vmap", "dot_jit_vs_compile"): "moved", ("01_vmap", "dot_jit_vs_vmap"): "moved",
         ("01_vmap", "grads_jit_vs_compile"): "steady",
         ("01_vmap", "dot_vmap_vs_batched"): "undecided",
-        ("01_vmap", "attention_jit_vs_vmap"): "steady"}  # it would move against ±5%
+        # inside the widened ±20% but not the unwidened ±5%: a noisy side widens only what
+        # a move must clear, so this is not steady; it would move against ±5%
+        ("01_vmap", "attention_jit_vs_vmap"): "undecided",
+        ("01_vmap", "attention_jit_vs_compile"): "moved"}  # clears even ±20%
     moved = changes.loc[("01_vmap", "dot_jit_vs_compile")]
     assert moved["reading"] == "the candidate gained against its baseline"
     low = 1.5 * math.exp(-math.hypot(math.log(1.5 / 1.4), math.log(1.01)))
@@ -248,7 +280,12 @@ def test_release_changes_decide_the_ratio_of_ratios_against_the_wider_band(tmp_p
                                             "faster, 1.500 [1.400, 1.600]")
     assert changes.loc[("01_vmap", "dot_jit_vs_vmap"), "reading"] == \
         "the candidate lost against its baseline"
-    assert changes.loc[("01_vmap", "attention_jit_vs_vmap"), "band"] == 0.2
+    noisy = changes.loc[("01_vmap", "attention_jit_vs_vmap")]
+    assert (noisy["band"], noisy["decision band"], noisy["verdict"]) == (0.05, 0.2, "withheld")
+    assert changes.loc[("01_vmap", "grads_jit_vs_compile"), "decision band"] == 0.05
+    shown = ledger.release_table(found, None)["new / old [95% interval]"]
+    assert shown[("01_vmap", "attention_jit_vs_vmap")].endswith("; band ±5.0% (±20.0% to move)")
+    assert shown[("01_vmap", "grads_jit_vs_compile")].endswith("; band ±5.0%")
 
 
 def test_a_claim_saved_without_a_decision_band_is_decided_against_its_tie_band(tmp_path):
@@ -259,6 +296,7 @@ def test_a_claim_saved_without_a_decision_band_is_decided_against_its_tie_band(t
                     "01_vmap", "dot_jit_vs_compile", FASTER), dict(versions=NEW))))
     changes = ledger.release_changes(old, new)
     assert changes["band"].iat[0] == 0.7 and changes["change"].iat[0] == "steady"
+    assert changes["decision band"].iat[0] == 0.7
 
 
 def test_a_release_is_never_compared_across_device_kinds(tmp_path):
@@ -277,25 +315,102 @@ def test_the_release_table_and_sentence_name_the_moved_claims(tmp_path):
     table = ledger.release_table(found, this)
     old = f"{found[0].name} (torch 2.13.0, jax 0.10.2)"
     new = f"this build (torch {env.versions()['torch']}, jax {env.versions()['jax']})"
-    assert list(table.columns) == [old, new, "new / old [95% interval]", "change", "reading"]
+    assert list(table.columns) == ["question", old, new, "new / old [95% interval]", "change",
+                                   "reading"]
     assert list(table["change"]) == ["moved", "undecided", "steady"]  # moved first
+    assert table["question"].iat[0] == "a workload: dot_jit_vs_vmap"
     assert table["new / old [95% interval]"].iat[0] == "1.500 [1.399, 1.601]; band ±5.0%"
+    moved = ledger.release_table(found, this, changes=("moved",))
+    assert [i for _, i in moved.index] == ["dot_jit_vs_vmap"]
+    rest = ledger.release_table(found, this, changes=("undecided", "steady"))
+    assert [i for _, i in rest.index] == ["grads_jit_vs_compile", "dot_jit_vs_compile"]
+    assert list(rest.columns) == list(table.columns)
+    pair = ledger.release_pair(found, this)
     assert ledger.release_sentence(found, this) == (
-        f"From {old} to {new}, both on the CPU at small scale, 1 of the 3 claims both builds "
-        "made moved beyond the wider of their two bands: in 1 the candidate gained against "
-        "its baseline (dot_jit_vs_vmap); 1 held steady and 1 stayed undecided.")
+        f"From {old} to {new}, both on the CPU at small scale (they differ in "
+        f"{ledger.differences(*pair)}), 1 of the 3 claims both made moved beyond the claim's "
+        "band, 1 held steady and 1 stayed undecided; moved: in 1 the candidate gained against "
+        "its baseline (dot_jit_vs_vmap). No two builds of one release are committed yet, so "
+        "what a rebuild alone moves is not measured here.")
     lost = this_build(tmp_path / "l", rows(dot_jit_vs_compile=SLOWER, dot_jit_vs_vmap=FASTER,
                                            grads_jit_vs_compile=SLOWER))
-    assert ": in 1 the candidate gained against its baseline (dot_jit_vs_vmap), in 2 the " \
-           "candidate lost against its baseline (dot_jit_vs_compile, grads_jit_vs_compile); 0 " \
-           "held steady" in ledger.release_sentence(found, lost)
+    assert "; moved: in 1 the candidate gained against its baseline (dot_jit_vs_vmap), in 2 " \
+           "the candidate lost against its baseline (dot_jit_vs_compile, " \
+           "grads_jit_vs_compile)." in ledger.release_sentence(found, lost)
+
+
+def test_the_release_sentence_names_what_the_builds_differ_in_and_the_rebuild_control(tmp_path):
+    claims_rows = rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=TIE)
+    released = (rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=FASTER, grads_jit_vs_compile=OPEN),
+                dict(date="2026-11-30", versions=NEW | {"numpy": "3.0"}, commit="fed987"))
+    rebuilt = (claims_rows, dict(date="2026-11-28", python="3.13.2", commit="def456"))
+    first = (rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=SLOWER, grads_jit_vs_compile=TIE),
+             dict(date="2026-11-27"))
+    said = ("From 2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2 (torch 2.13.0, jax 0.10.2) to "
+            "2026-11-30_cpu-2core_torch-2.99.0_jax-0.99.0 (torch 2.99.0, jax 0.99.0), both on "
+            "the CPU at small scale (they differ in torch 2.13.0 -> 2.99.0; jax 0.10.2 -> "
+            "0.99.0; numpy 1.0 -> 3.0; Python 3.13.2 -> 3.13.1; commit def456 -> fed987), 1 of "
+            "the 3 claims both made moved beyond the claim's band, 1 held steady and 1 stayed "
+            "undecided; moved: in 1 the candidate gained against its baseline "
+            "(dot_jit_vs_vmap).")
+    found = committed(tmp_path / "two", rebuilt, released)
+    assert ledger.rebuild_pair(found, None) is None
+    assert ledger.release_sentence(found, None) == said + (
+        " No two builds of one release are committed yet, so what a rebuild alone moves is "
+        "not measured here.")
+    found = committed(tmp_path / "three", first, rebuilt, released)
+    assert ledger.release_sentence(found, None) == said + (
+        " Between two builds of one release (2026-11-27_cpu-2core_torch-2.13.0_jax-0.10.2 "
+        "(torch 2.13.0, jax 0.10.2) and 2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2 (torch "
+        "2.13.0, jax 0.10.2): Python 3.13.1 -> 3.13.2; commit abc123 -> def456), 1 of the 3 "
+        "claims both made moved beyond the claim's band, 2 held steady and 0 stayed "
+        "undecided: a release's moves count only beyond what a rebuild alone moves.")
+
+
+def test_differences_name_every_version_then_python_commit_device_and_scale(tmp_path):
+    found = committed(tmp_path, (rows(dot_jit_vs_compile=TIE), {}),
+                      (rows(dot_jit_vs_compile=TIE), dict(
+                          date="2026-11-29", build_id="another", python="3.14.0",
+                          commit="def456", device="Intel Xeon (2 cores)", scale="medium",
+                          versions=NEW | {"jaxlib": "0.99.0", "triton": None})))
+    old, new = ledger.columns(found, None)
+    assert ledger.differences(old, new) == (
+        "torch 2.13.0 -> 2.99.0; jax 0.10.2 -> 0.99.0; jaxlib 1.0 -> 0.99.0; triton 1.0 -> "
+        "None; Python 3.13.1 -> 3.14.0; commit abc123 -> def456; device AMD EPYC 7B13 (2 "
+        "cores) -> Intel Xeon (2 cores); scale small -> medium")
+    assert ledger.differences(new, old).startswith("torch 2.99.0 -> 2.13.0; ")
+    # the date, the build id, the claims: not what a build's facts differ in
+    same = committed(tmp_path / "s", (rows(dot_jit_vs_compile=TIE), {}),
+                     (rows(dot_jit_vs_vmap=FASTER), dict(date="2026-11-30", build_id="later")))
+    assert ledger.differences(*ledger.columns(same, None)) == "nothing recorded"
+
+
+def test_the_rebuild_pair_is_the_newest_two_cpu_builds_of_one_release_at_one_scale(tmp_path):
+    assert ledger.rebuild_pair([], None) is None
+    spec = (rows(dot_jit_vs_compile=TIE), {})
+    found = committed(tmp_path, spec,
+                      (spec[0], dict(date="2026-11-29")),
+                      (spec[0], dict(date="2026-11-30", versions=NEW)),
+                      (spec[0], dict(date="2026-12-02", scale="medium")),  # another scale
+                      (spec[0], dict(date="2026-12-03", device=GPU, device_kind="gpu")))
+    first, second = ledger.rebuild_pair(found, None)
+    assert (first.build["date"], second.build["date"]) == ("2026-11-28", "2026-11-29")
+    newer = committed(tmp_path / "n", spec, (spec[0], dict(date="2026-11-29")),
+                      (spec[0], dict(date="2026-12-01")))
+    assert ledger.rebuild_pair(newer, None)[1].build["date"] == "2026-12-01"
+    assert ledger.rebuild_pair(found[2:], None) is None  # one build of each release and scale
+    this = this_build(tmp_path, rows(dot_jit_vs_compile=TIE))  # the installed torch and jax
+    assert [c.label for c in ledger.rebuild_pair(found, this)] == [b.name for b in found[:2]]
+    mine = committed(tmp_path / "m", (spec[0], dict(versions={"torch": TORCH, "jax": JAX})))
+    first, second = ledger.rebuild_pair(mine, this)
+    assert (first.label, second.label) == (mine[0].name, "this build")
 
 
 def test_the_release_sentence_when_nothing_moved_or_nothing_is_shared(tmp_path):
     found = committed(tmp_path, (rows(dot_jit_vs_compile=TIE), {}))
     this = this_build(tmp_path, rows(dot_jit_vs_compile=TIE))
-    assert "0 of the 1 claim both builds made moved beyond the wider of their two bands; " \
-           "1 held steady and 0 stayed undecided." in ledger.release_sentence(found, this)
+    assert "), 0 of the 1 claim both made moved beyond the claim's band, 1 held steady and 0 " \
+           "stayed undecided. No two builds" in ledger.release_sentence(found, this)
     other = this_build(tmp_path / "o", rows(dot_jit_vs_vmap=TIE))
     assert ledger.release_sentence(found, other).endswith(
         "share no claim, so nothing can be said about what the release changed.")
@@ -328,20 +443,27 @@ def test_the_found_sentence_when_this_build_stands_alone(tmp_path):
     assert ledger.found_sentence([], this) == (
         "This build saved 2 claims, and no bundle is committed under book/data/builds/ yet: "
         "they stand alone until another build's bundle is added (below).")
-    own = committed(tmp_path, (rows(dot_jit_vs_compile=TIE),
+    own = committed(tmp_path, (rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE),
                                dict(build_id="20261201T100000Z-new", date="2026-12-01")))
     assert "the only committed bundle is this build's own" in ledger.found_sentence(own, this)
+    rerun = this_build(tmp_path / "r", rows(dot_jit_vs_compile=TIE))  # its pages re-run since
+    assert ledger.found_sentence(own, rerun) == (
+        "1 bundle is committed. Of this build's 1 claim, 1 was also made by another build: 1 "
+        "reached the same verdict in every build that decided it, 0 flipped, and 0 were "
+        "decided by fewer than two builds.")
 
 
 def test_the_found_sentence_counts_claims_that_held_flipped_or_stayed_open(tmp_path):
+    mine = rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=TIE,
+                attention_jit_vs_vmap=TIE)
     found = committed(
         tmp_path,
         (rows(dot_jit_vs_compile=SLOWER, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=OPEN),
          dict(versions=NEW)),
-        (rows(dot_jit_vs_compile=FASTER), dict(build_id="20261201T100000Z-new",
-                                               date="2026-12-01")))
-    this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE,
-                                     grads_jit_vs_compile=TIE, attention_jit_vs_vmap=TIE))
+        (mine, dict(build_id="20261201T100000Z-new", date="2026-12-01")))
+    this = this_build(tmp_path, mine)
+    # this build is the last column, the older bundle the first: its own is named from its own
+    assert [c.label for c in ledger.columns(found, this)] == [found[0].name, "this build"]
     assert ledger.found_sentence(found, this) == (
         f"2 bundles are committed, this build's own among them ({found[1].name}). Of this "
         "build's 4 claims, 3 were also made by another build: 1 reached the same verdict in "
@@ -409,9 +531,13 @@ def test_the_page_builds_with_no_one_or_two_bundles_and_says_so(tmp_path, monkey
     else:
         assert f"{bundle_count} bundle" in found and "1 flipped (dot_jit_vs_compile)" in found
     assert ("moved" in ran["glued"]["release_found"]) == (bundle_count > 0)
-    provenance_table, release_table, claims_styled, flipped = ran["shown"][1:]
+    provenance_table, moved, rest, flipped, claims_styled = ran["shown"][1:]
     assert len(provenance_table) == bundle_count + 1
-    assert len(release_table) == 1 and len(claims_styled.data) == 1
+    if bundle_count == 0:  # no pair: each release table is the one row saying why
+        assert moved.equals(rest) and moved.iat[0, 0].startswith("Comparing releases needs")
+    else:
+        assert list(moved["change"]) == ["moved"] and rest.empty
+    assert len(claims_styled.data) == 1
     assert len(flipped) == (bundle_count > 0)
 
 
@@ -427,11 +553,14 @@ def test_the_page_re_executes_every_build_and_keeps_its_cells_short():
     assert jupytext.read(PAGE).metadata["mystnb"] == {"execution_mode": "force"}
     cells = page_cells()
     assert [c.metadata.get("tags") for c in cells][0] == ["remove-cell"]  # the one set-up cell
-    assert all(not c.metadata.get("tags") for c in cells[1:])
+    # every other cell shows its output (some folded away), none is removed
+    assert all(set(c.metadata.get("tags", [])) <= {"hide-input", "hide-output"}
+               for c in cells[1:])
     assert statistics.median(len(c.source.splitlines()) for c in cells) < 10
     text = PAGE.read_text()
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
-        "## The builds", "## What the release changed", "## Claim by claim", "## Add your build"]
+        "## The builds", "## What changed between the two CPU builds", "## Claim by claim",
+        "## Add your build"]
 
 
 def test_the_page_sits_after_reproduce_in_the_table_of_contents():

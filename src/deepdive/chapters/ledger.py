@@ -9,9 +9,10 @@ interval and bands with the book's one rule (`deepdive.book.claims.reread_verdic
 saved word is never read. A claim *flips* where two builds decided it differently (a
 withheld verdict decides nothing). Between two CPU builds of different releases at one
 scale, each shared claim's ratio of ratios (new over old, with a 95% interval that combines
-the two builds' intervals as independent estimates) is decided by the same rule against the
-wider of the two claims' decision bands: the claim *moved* (its candidate gained or lost
-against its baseline), held *steady*, or is *undecided*. GPU builds are columns of their
+the two builds' intervals as independent estimates) is decided by the same rule: the claim
+*moved* (its candidate gained or lost against its baseline) when the interval clears the
+wider of its two decision bands, held *steady* inside the wider unwidened tie band, or is
+*undecided*; two builds of one release are the control. GPU builds are columns of their
 own, labelled with their device, and never enter that comparison.
 """
 
@@ -32,8 +33,8 @@ from deepdive.core import env
 from deepdive.core.verdict import DECIDED, TieBand, classify
 
 __all__ = ["ABSENT", "CHANGES", "FLIPPED", "THIS_BUILD", "Column", "claims_table", "columns",
-           "flips", "found_sentence", "load_ledger", "provenance_table", "ratio_of_ratios",
-           "release_changes",
+           "differences", "flips", "found_sentence", "load_ledger", "provenance_table",
+           "ratio_of_ratios", "rebuild_pair", "release_changes",
            "release_pair", "release_sentence", "release_table", "styled_claims", "this_build",
            "verdicts"]
 
@@ -90,18 +91,26 @@ def load_ledger(root: Path | None = None, results: Path | None = None):
     return committed, this_build(results)
 
 
+def _same_claims(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    keys = [*_KEY, "ratio", "low", "high"]
+    return len(a) == len(b) and a[keys].sort_values(_KEY).reset_index(drop=True).equals(
+        b[keys].sort_values(_KEY).reset_index(drop=True))
+
+
 def columns(committed, this: Column | None) -> list[Column]:
-    """The ledger page's columns: this build first, then the CPU bundles and then the GPU bundles,
-    each oldest first. A bundle of this very build (same build id) shows once, as this build
-    with its bundle's name."""
+    """The ledger page's columns, oldest first: the CPU bundles, then the GPU bundles, each by
+    date, then this build. A bundle of this very build (same build id, the same claims)
+    shows once, as this build with its bundle's name; pages re-run after the bundle was
+    written keep both columns."""
     built = [Column(b.name, b.build, follow_moves(b.claims), b.name) for b in committed]
     if this is not None and this.build["build_id"] != provenance.OUTSIDE_BUILD:
-        same = [c for c in built if c.build["build_id"] == this.build["build_id"]]
+        same = [c for c in built if c.build["build_id"] == this.build["build_id"]
+                and _same_claims(c.claims, this.claims)]
         if same:  # shown with the facts its bundle recorded when it was written
             built = [c for c in built if c is not same[0]]
             this = replace(this, build=same[0].build, bundle=same[0].bundle)
-    order = sorted(built, key=lambda c: (c.kind != "cpu", c.build["date"], c.label))
-    return ([this] if this is not None else []) + order
+    order = sorted(built, key=lambda c: (c.kind != "cpu", c.build["date"], c.build["build_id"]))
+    return order + ([this] if this is not None else [])
 
 
 def _ratio(value: float) -> str:
@@ -177,8 +186,10 @@ def _between(cols: list[Column], row) -> str:
 
 def flips(committed, this: Column | None) -> pd.DataFrame:
     """The claims two builds decided differently: each build's verdict, the claim's
-    question (as the first build that made it asked it) and what those builds differ in
-    (device kinds, releases, or builds of one release)."""
+    question (as the first build that made it asked it), what those builds differ in
+    (device kinds, releases, or builds of one release) and, where two CPU builds of
+    different releases both made it, whether its ratio moved between them (`release_changes`):
+    a verdict can cross a band's edge while the change itself stays undecided."""
     cols = columns(committed, this)
     table = _by_claim(cols, claims.reread_verdict)
     flipped = table[[_flipped(row) for _, row in table.iterrows()]].copy()
@@ -186,6 +197,10 @@ def flips(committed, this: Column | None) -> pd.DataFrame:
     flipped.insert(0, "question", [next(q for q in questions.loc[key] if q != ABSENT)
                                    for key in flipped.index])
     flipped["between"] = [_between(cols, row) for _, row in flipped.iterrows()]
+    pair = release_pair(committed, this)
+    if pair is not None:
+        changes = release_changes(*pair)["change"]
+        flipped["change between releases"] = [changes.get(key, ABSENT) for key in flipped.index]
     return flipped
 
 
@@ -222,13 +237,26 @@ def release_pair(committed, this: Column | None) -> tuple[Column, Column] | None
     older = [c for c in cpus if c.release != new.release and c.build["scale"] == new.build["scale"]]
     if not older:
         return None
-    old = max(older, key=lambda c: (c.build["device"] == new.build["device"], c.build["date"]))
+    old = max(older, key=lambda c: (c.build["device"] == new.build["device"], c.build["date"],
+                                    c.build["build_id"]))
     return old, new
 
 
-def _decision_band(row) -> float:
+def rebuild_pair(committed, this: Column | None) -> tuple[Column, Column] | None:
+    """Two CPU builds of one release at one scale (the newest such pair): what a rebuild alone
+    moves, the control for `release_pair`'s comparison; None where there is none."""
+    cpus = [c for c in columns(committed, this) if c.kind == "cpu"]
+    pairs = [(a, b) for i, a in enumerate(cpus) for b in cpus[i + 1:]
+             if a.release == b.release and a.build["scale"] == b.build["scale"]]
+    return max(pairs, key=lambda ab: (ab[1].build["date"], ab[1].build["build_id"],
+                                      ab[0].build["date"], ab[0].build["build_id"]),
+               default=None)
+
+
+def _bands(row) -> tuple[float, float]:
+    tie = float(row["tie_band"])
     wide = row["decision_band"] if "decision_band" in row else math.nan
-    return float(row["tie_band"]) if pd.isna(wide) else float(wide)
+    return tie, (tie if pd.isna(wide) else float(wide))
 
 
 def ratio_of_ratios(was, now) -> tuple[float, float, float]:
@@ -236,7 +264,8 @@ def ratio_of_ratios(was, now) -> tuple[float, float, float]:
     independent, so in log space the distances from each median to its interval's ends add
     in quadrature (the new build's low end with the old one's high end, and the reverse).
     Dividing one interval's ends by the other's would assume both builds at their 95%
-    extremes at once, which neither interval allows."""
+    extremes at once. The interval covers each build's own sampling only, not what moves
+    between two builds of one release: `rebuild_pair` measures that."""
     r_old, lo_old, hi_old = (math.log(float(was[k])) for k in ("ratio", "low", "high"))
     r_new, lo_new, hi_new = (math.log(float(now[k])) for k in ("ratio", "low", "high"))
     centre = r_new - r_old
@@ -248,8 +277,10 @@ def ratio_of_ratios(was, now) -> tuple[float, float, float]:
 def release_changes(old: Column, new: Column) -> pd.DataFrame:
     """Each claim both builds made, between two builds on one device kind: both verdicts and
     values, the ratio of ratios new/old with its 95% interval (`ratio_of_ratios`), decided by
-    the rule against the wider of the two claims' decision bands: "moved" (the candidate
-    gained or lost against its baseline), "steady" (within the band) or "undecided"."""
+    the verdict rule with the wider of the two claims' tie bands, and the wider of their
+    decision bands for a decided change (a noisy side widens what a move must clear, never
+    what "steady" may span): "moved" (the candidate gained or lost against its baseline),
+    "steady" (inside the tie band) or "undecided"."""
     if old.kind != new.kind:
         raise ValueError(f"a release is compared on one kind of device: {old.label} ran on "
                          f"a {old.kind}, {new.label} on a {new.kind}")
@@ -259,15 +290,17 @@ def release_changes(old: Column, new: Column) -> pd.DataFrame:
         was, now = (pair.filter(like=s).rename(lambda k, s=s: k.removesuffix(s))
                     for s in ("_old", "_new"))
         ratio, low, high = ratio_of_ratios(was, now)
-        band = max(_decision_band(was), _decision_band(now))
-        decided = classify(ratio, low, high, TieBand(band))
+        (tie_old, wide_old), (tie_new, wide_new) = _bands(was), _bands(now)
+        band, wide = max(tie_old, tie_new), max(wide_old, wide_new, tie_old, tie_new)
+        decided = classify(ratio, low, high, TieBand(band), TieBand(wide))
         change, reading = CHANGES[decided]
         rows.append({"chapter": pair["chapter"], "claim id": pair["claim_id"],
                      "question": now["question"], "old": _cell(was), "new": _cell(now),
                      "ratio": ratio, "low": low, "high": high, "band": band,
-                     "verdict": decided, "change": change, "reading": reading})
+                     "decision band": wide, "verdict": decided, "change": change,
+                     "reading": reading})
     columns_ = ["chapter", "claim id", "question", "old", "new", "ratio", "low", "high", "band",
-                "verdict", "change", "reading"]
+                "decision band", "verdict", "change", "reading"]
     return pd.DataFrame(rows, columns=columns_).set_index(["chapter", "claim id"])
 
 
@@ -276,23 +309,43 @@ def _release_words(column: Column) -> str:
     return f"{column.label} (torch {torch}, jax {jax})"
 
 
-def release_table(committed, this: Column | None) -> pd.DataFrame:
-    """The ledger page's table of `release_changes` between `release_pair`'s two builds, moved
-    claims first, each with both builds' values; one row saying why where there is no pair."""
+def differences(old: Column, new: Column) -> str:
+    """Everything two builds' build.json facts differ in besides the date and build id: each
+    version (as its package metadata states it), then Python, commit, device and scale, as
+    "name old -> new" items; a release comparison is a comparison of all of them."""
+    fields = {"Python": ("python",), "commit": ("commit",), "device": ("device",),
+              "scale": ("scale",)}
+    found = [f"{name} {old.build['versions'].get(name)} -> {new.build['versions'].get(name)}"
+             for name in bundle_files.VERSION_NAMES
+             if old.build["versions"].get(name) != new.build["versions"].get(name)]
+    found += [f"{name} {old.build[key[0]]} -> {new.build[key[0]]}" for name, key in fields.items()
+              if old.build[key[0]] != new.build[key[0]]]
+    return "; ".join(found) or "nothing recorded"
+
+
+def release_table(committed, this: Column | None, changes: tuple[str, ...] | None = None
+                  ) -> pd.DataFrame:
+    """The ledger page's table of `release_changes` between `release_pair`'s two builds, each
+    claim's question and both builds' values, moved claims first; only the `changes` named
+    ("moved", "undecided", "steady") when given; one row saying why where there is no pair."""
     pair = release_pair(committed, this)
     if pair is None:
         return pd.DataFrame({"what the release changed": [_no_pair(committed, this)]},
                             index=[""])
     old, new = pair
-    changes = release_changes(old, new)
-    shown = changes.assign(**{"new / old [95% interval]": [
+    found = release_changes(old, new)
+    shown = found.assign(**{"new / old [95% interval]": [
         f"{_ratio(r)} [{_ratio(lo)}, {_ratio(hi)}]; band ±{100 * b:.1f}%"
-        for r, lo, hi, b in zip(changes["ratio"], changes["low"], changes["high"],
-                                changes["band"], strict=True)]})
+        + (f" (±{100 * w:.1f}% to move)" if w > b else "")
+        for r, lo, hi, b, w in zip(found["ratio"], found["low"], found["high"], found["band"],
+                                   found["decision band"], strict=True)]})
     order = shown["change"].map({"moved": 0, "undecided": 1, "steady": 2})
     shown = shown.assign(_order=order).sort_values("_order", kind="stable")
-    return shown[["old", "new", "new / old [95% interval]", "change", "reading"]].rename(
-        columns={"old": _release_words(old), "new": _release_words(new)})
+    if changes is not None:
+        shown = shown[shown["change"].isin(changes)]
+    return shown[["question", "old", "new", "new / old [95% interval]", "change",
+                  "reading"]].rename(columns={"old": _release_words(old),
+                                              "new": _release_words(new)})
 
 
 def _no_pair(committed, this: Column | None) -> str:
@@ -312,10 +365,19 @@ def _names(ids, most: int = 5) -> str:
     return shown + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
+def _change_counts(changes: pd.DataFrame) -> str:
+    counts = changes["change"].value_counts()
+    return (f"{counts.get('moved', 0)} of the {_count(len(changes), 'claim')} both made moved "
+            f"beyond the claim's band, {counts.get('steady', 0)} held steady and "
+            f"{counts.get('undecided', 0)} stayed undecided")
+
+
 def release_sentence(committed, this: Column | None) -> str:
-    """What the release changed, in one sentence read from `release_changes`: how many of
-    the claims both CPU builds made moved, and which, how many held steady, how many are
-    undecided."""
+    """What changed between the two CPU builds of different releases, read from
+    `release_changes`: everything the builds differ in (`differences`), how many of the
+    claims both made moved, and which, how many held steady or stayed undecided; then the
+    same count between two builds of one release (`rebuild_pair`), where there are two, as
+    the control a release's moves must stand out from."""
     pair = release_pair(committed, this)
     if pair is None:
         return _no_pair(committed, this)
@@ -324,16 +386,21 @@ def release_sentence(committed, this: Column | None) -> str:
     if changes.empty:
         return (f"{_release_words(old)} and {_release_words(new)} share no claim, so "
                 "nothing can be said about what the release changed.")
-    counts = changes["change"].value_counts()
     moved = [(CHANGES[verdict][1], [i for _, i in changes.index[changes["verdict"] == verdict]])
              for verdict in DECIDED]
     named = ", ".join(f"in {len(ids)} {reading} ({_names(ids)})" for reading, ids in moved if ids)
-    return (f"From {_release_words(old)} to {_release_words(new)}, both on the CPU at "
-            f"{new.build['scale']} scale, {counts.get('moved', 0)} of the "
-            f"{_count(len(changes), 'claim')} both builds made moved beyond the wider of "
-            "their two bands" + (f": {named}" if named else "") + f"; "
-            f"{counts.get('steady', 0)} held steady and {counts.get('undecided', 0)} stayed "
-            "undecided.")
+    said = (f"From {_release_words(old)} to {_release_words(new)}, both on the CPU at "
+            f"{new.build['scale']} scale (they differ in {differences(old, new)}), "
+            f"{_change_counts(changes)}" + (f"; moved: {named}" if named else "") + ".")
+    control = rebuild_pair(committed, this)
+    if control is None:
+        return said + (" No two builds of one release are committed yet, so what a rebuild "
+                       "alone moves is not measured here.")
+    first, second = control
+    return said + (f" Between two builds of one release ({_release_words(first)} and "
+                   f"{_release_words(second)}: {differences(first, second)}), "
+                   f"{_change_counts(release_changes(first, second))}: a release's moves "
+                   "count only beyond what a rebuild alone moves.")
 
 
 def found_sentence(committed, this: Column | None) -> str:
@@ -360,7 +427,8 @@ def found_sentence(committed, this: Column | None) -> str:
     flipped = [key[1] for key, row in shared.iterrows() if _flipped(row)]
     decided = shared.apply(lambda row: sum(v in (*DECIDED, "tie") for v in row), axis=1)
     held = sum(n >= 2 for n in decided) - len(flipped)
-    own = f", this build's own among them ({cols[0].bundle})" if cols[0].bundle else ""
+    mine_col = next(c for c in cols if c.label == THIS_BUILD)
+    own = f", this build's own among them ({mine_col.bundle})" if mine_col.bundle else ""
     undecided = len(shared) - held - len(flipped)
     return (f"{bundles_words[0].upper()}{bundles_words[1:]}{own}. Of this build's "
             f"{_count(mine, 'claim')}, {len(shared)} {_were(len(shared))} also made by another "
