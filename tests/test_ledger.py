@@ -44,7 +44,9 @@ def this_build(tmp_path, claims_rows, build_id="20261201T100000Z-new", device=CP
 def committed(tmp_path, *specs):
     """Bundles under tmp_path/builds from (claim rows, build.json changes), loaded."""
     root = tmp_path / "builds"
-    for claims_rows, changes in specs:
+    for number, (claims_rows, changes) in enumerate(specs):
+        # each bundle its own build unless a test says otherwise
+        changes = {"build_id": f"20261128T11550{number}Z-bundle{number}", **changes}
         hand_bundle(root, claims_rows, **changes)
     return bundles.load_all(root, current=claim_map.current)
 
@@ -404,6 +406,11 @@ def test_the_rebuild_pair_is_the_newest_two_cpu_builds_of_one_release_at_one_sca
     mine = committed(tmp_path / "m", (spec[0], dict(versions={"torch": TORCH, "jax": JAX})))
     first, second = ledger.rebuild_pair(mine, this)
     assert (first.label, second.label) == (mine[0].name, "this build")
+    # pages re-run after this build's bundle was written: two columns, one build, no control
+    rerun = committed(tmp_path / "r", (rows(dot_jit_vs_compile=FASTER), dict(
+        versions={"torch": TORCH, "jax": JAX}, build_id="20261201T100000Z-new",
+        date="2026-12-01")))
+    assert len(ledger.columns(rerun, this)) == 2 and ledger.rebuild_pair(rerun, this) is None
 
 
 def test_the_release_sentence_when_nothing_moved_or_nothing_is_shared(tmp_path):

@@ -244,10 +244,13 @@ def release_pair(committed, this: Column | None) -> tuple[Column, Column] | None
 
 def rebuild_pair(committed, this: Column | None) -> tuple[Column, Column] | None:
     """Two CPU builds of one release at one scale (the newest such pair): what a rebuild alone
-    moves, the control for `release_pair`'s comparison; None where there is none."""
+    moves, the control for `release_pair`'s comparison; None where there is none. Two
+    columns of one build (this build, with pages re-run after its bundle was written) are
+    not two builds: their shared claims are the same measurements."""
     cpus = [c for c in columns(committed, this) if c.kind == "cpu"]
     pairs = [(a, b) for i, a in enumerate(cpus) for b in cpus[i + 1:]
-             if a.release == b.release and a.build["scale"] == b.build["scale"]]
+             if a.release == b.release and a.build["scale"] == b.build["scale"]
+             and a.build["build_id"] != b.build["build_id"]]
     return max(pairs, key=lambda ab: (ab[1].build["date"], ab[1].build["build_id"],
                                       ab[0].build["date"], ab[0].build["build_id"]),
                default=None)
