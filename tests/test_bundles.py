@@ -279,9 +279,14 @@ def test_load_reads_a_committed_bundle(tmp_path):
 
 def test_a_gpu_bundle_is_named_for_its_device_and_versions():
     build = build_json(device=GPU, device_kind="gpu", date="2026-12-01",
+                       build_id="20261201T080000Z-abc123",
                        versions={"torch": "2.15.0+cu130", "jax": "0.12.0.1"})
     assert bundles.bundle_name(build) == ("2026-12-01_gpu-nvidia-h100-80gb-hbm3_torch-2.15.0"
                                           "_jax-0.12.0.1")  # the version without "+cu130"
+    # named by the day the build started: one that ran past midnight keeps its first day
+    assert bundles.bundle_name(dict(build, date="2026-12-02")).startswith("2026-12-01_")
+    assert bundles.bundle_name(dict(build, build_id="none (run outside make book)")
+                               ).startswith("2026-12-01_")  # no start time: its date
 
 
 def test_rows_saved_before_decision_bands_existed_load(tmp_path):
@@ -340,7 +345,7 @@ MALFORMED = {
                  "build.json: field 'device_kind' has an impossible value 'tpu'"),
     "bad scale": (lambda f: edit_json(f, lambda b: b.update(scale="huge")),
                   "build.json: field 'scale' has an impossible value 'huge'"),
-    "renamed folder": (lambda f: edit_json(f, lambda b: b.update(date="2026-11-29")),
+    "renamed folder": (lambda f: edit_json(f, lambda b: b.update(cores=4)),
                        "build.json: the folder's name '2026-11-28_cpu-2core_torch-2.13.0_jax-"
                        "0.10.2' does not match its fields"),
     "claims missing": (lambda f: (f / "claims.csv").unlink(), "claims.csv: file missing"),

@@ -46,7 +46,8 @@ def committed(tmp_path, *specs):
     root = tmp_path / "builds"
     for number, (claims_rows, changes) in enumerate(specs):
         # each bundle its own build unless a test says otherwise
-        changes = {"build_id": f"20261128T11550{number}Z-bundle{number}", **changes}
+        day = changes.get("date", "2026-11-28").replace("-", "")
+        changes = {"build_id": f"{day}T11550{number}Z-bundle{number}", **changes}
         hand_bundle(root, claims_rows, **changes)
     return bundles.load_all(root, current=claim_map.current)
 

@@ -2,10 +2,10 @@
 sets every committed bundle beside this build, claim by claim.
 
 A bundle is one folder, `<date>_<device>_torch-<version>_jax-<version>` (for example
-`2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2`), holding the build's `claims.csv` and
-`provenance.csv`, its chapters' result files under `results/`, and `build.json`: the date,
-build id, commit, device, cores, Python, framework versions, scale, tie band, allocator regime
-and free-text notes. `python -m deepdive.book.bundles write` (`make bundle`) writes this
+`2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2`, named by the day the build started), holding
+the build's `claims.csv` and `provenance.csv`, its chapters' result files under `results/`,
+and `build.json`: the date, build id, commit, device, cores, Python, framework versions,
+scale, tie band, allocator regime and free-text notes. `python -m deepdive.book.bundles write` (`make bundle`) writes this
 build's; it refuses evidence that is not one build's (chapters that disagree on device,
 scale, torch or jax) and a folder over `MAX_BYTES`. `load` and `load_all` read bundles back
 and validate them: a malformed one raises `BundleError`, naming the file and the field, and
@@ -77,13 +77,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", str(text).lower()).strip("-.")
 
 
+_BUILD_START = re.compile(r"^(\d{4})(\d{2})(\d{2})T\d{6}Z")  # make's DEEPDIVE_BUILD_ID
+
+
 def bundle_name(build: dict) -> str:
-    """The folder name of a bundle from its build.json: date, device, torch and jax."""
+    """The folder name of a bundle from its build.json: the day the build started (from its
+    build id, which `make` names by its UTC start; else its date), device, torch and jax. Two
+    builds of one release on one machine started on one day share a name: `write` refuses
+    the second unless told to replace the first."""
     # without a local version label: torch's CPU wheels are "2.13.0+cpu"
     torch, jax = (_slug(build["versions"][name].split("+")[0]) for name in ("torch", "jax"))
     device = (f"cpu-{build['cores']}core" if build["device_kind"] == "cpu"
               else f"gpu-{_slug(build['device'])}")
-    return f"{build['date']}_{device}_torch-{torch}_jax-{jax}"
+    started = _BUILD_START.match(str(build["build_id"]))
+    day = "-".join(started.groups()) if started else build["date"]
+    return f"{day}_{device}_torch-{torch}_jax-{jax}"
 
 
 # ---- this build ---------------------------------------------------------------------------
