@@ -5,11 +5,12 @@ A bundle is one folder, `<date>_<device>_torch-<version>_jax-<version>` (for exa
 `2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2`, named by the day the build started), holding
 the build's `claims.csv` and `provenance.csv`, its chapters' result files under `results/`,
 and `build.json`: the date, build id, commit, device, cores, Python, framework versions,
-scale, tie band, allocator regime and free-text notes. `python -m deepdive.book.bundles write` (`make bundle`) writes this
-build's; it refuses evidence that is not one build's (chapters that disagree on device,
-scale, torch or jax) and a folder over `MAX_BYTES`. `load` and `load_all` read bundles back
-and validate them: a malformed one raises `BundleError`, naming the file and the field, and
-so fails the book's build. Nothing here imports torch or jax.
+scale, tie band, allocator regime and free-text notes. `python -m deepdive.book.bundles
+write` (`make bundle`) writes this build's; it refuses evidence that is not one build's
+(chapters that disagree on device, scale, torch or jax) and a folder over `MAX_BYTES`.
+`load` and `load_all` read bundles back and validate them: a malformed one raises
+`BundleError`, naming the file and the field, and so fails the book's build. Nothing here
+imports torch or jax.
 """
 
 from __future__ import annotations
