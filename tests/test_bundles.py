@@ -81,6 +81,9 @@ def build_json(**changes) -> dict:
 def hand_bundle(root: Path, rows=None, stamps=None, **changes) -> Path:
     """A committed bundle written by hand (any versions, not only the installed ones)."""
     build = build_json(**changes)
+    if stamps is None:  # its pages stamped with its own build id
+        chapters = dict.fromkeys(r["chapter"] for r in (rows or [claim(*k) for k in CLAIMED]))
+        stamps = [stamp(c, build_id=build["build_id"]) for c in chapters]
     folder = make_results(root / bundles.bundle_name(build), rows, stamps, bundles.RESULTS_FOLDER)
     (folder / bundles.BUILD_FILE).write_text(json.dumps(build))
     return folder

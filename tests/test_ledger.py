@@ -80,22 +80,27 @@ def test_this_build_committed_as_a_bundle_shows_once(tmp_path):
     this = this_build(tmp_path, rows(dot_jit_vs_compile=FASTER))
     (only,) = ledger.columns(found, this)
     assert (only.label, only.bundle) == ("this build", found[0].name)
-    assert only.build == found[0].build  # as committed (its Python, its flax)
+    assert only.build["build_id"] == found[0].build["build_id"] and only.build["notes"] == ""
     table = ledger.provenance_table(found, this)
     assert table.loc["this build", "committed"] == f"as {found[0].name}" and len(table) == 1
 
 
-def test_a_bundle_of_this_build_with_other_claims_keeps_both_columns(tmp_path):
-    """Pages re-run after the bundle was written: the bundle no longer holds this build's
-    claims, so it is not shown as this build."""
+def test_pages_re_run_after_the_bundle_stay_one_build_and_say_how_many_claims_moved(tmp_path):
+    """Pages re-run in a later build keep the bundle's build id on the cached pages: one
+    build, shown once with this build's numbers, and its notes count the re-measured claims."""
     found = committed(tmp_path, (rows(dot_jit_vs_compile=FASTER),
                                  dict(build_id="20261201T100000Z-new", date="2026-12-01")))
     for changed in (rows(dot_jit_vs_compile=(1.5, 1.4, 1.7)),  # one number
                     rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE)):  # one more claim
         this = this_build(tmp_path / str(len(changed)), changed)
-        bundle, mine = ledger.columns(found, this)
-        assert (bundle.label, mine.label, mine.bundle) == (found[0].name, "this build", "")
-        assert ledger.provenance_table(found, this)["committed"].tolist() == ["yes", "no"]
+        (mine,) = ledger.columns(found, this)
+        assert (mine.label, mine.bundle) == ("this build", found[0].name)
+        assert mine.build["notes"] == ("1 of its claims re-measured since its bundle was "
+                                       "written (pages re-run in a later build)")
+        assert ledger.rebuild_pair(found, this) is None  # one build is no rebuild control
+    other = this_build(tmp_path / "other", rows(dot_jit_vs_compile=FASTER),
+                       build_id="20261202T100000Z-later")
+    assert [c.label for c in ledger.columns(found, other)] == [found[0].name, "this build"]
 
 
 def test_a_build_run_outside_make_book_never_matches_a_bundle(tmp_path):
@@ -333,8 +338,10 @@ def test_the_release_table_and_sentence_name_the_moved_claims(tmp_path):
         f"From {old} to {new}, both on the CPU at small scale (they differ in "
         f"{ledger.differences(*pair)}), 1 of the 3 claims both made moved beyond the claim's "
         "band, 1 held steady and 1 stayed undecided; moved: in 1 the candidate gained against "
-        "its baseline (dot_jit_vs_vmap). No two builds of one release are committed yet, so "
-        "what a rebuild alone moves is not measured here.")
+        "its baseline (dot_jit_vs_vmap). Over all 3 shared claims the median new/old is "
+        "1.050: a ratio cannot tell a candidate that sped up from a baseline that slowed "
+        "down. No two builds of one release are committed yet, so what a rebuild alone moves "
+        "is not measured here.")
     lost = this_build(tmp_path / "l", rows(dot_jit_vs_compile=SLOWER, dot_jit_vs_vmap=FASTER,
                                            grads_jit_vs_compile=SLOWER))
     assert "; moved: in 1 the candidate gained against its baseline (dot_jit_vs_vmap), in 2 " \
@@ -355,7 +362,8 @@ def test_the_release_sentence_names_what_the_builds_differ_in_and_the_rebuild_co
             "0.99.0; numpy 1.0 -> 3.0; Python 3.13.2 -> 3.13.1; commit def456 -> fed987), 1 of "
             "the 3 claims both made moved beyond the claim's band, 1 held steady and 1 stayed "
             "undecided; moved: in 1 the candidate gained against its baseline "
-            "(dot_jit_vs_vmap).")
+            "(dot_jit_vs_vmap). Over all 3 shared claims the median new/old is 1.050: a ratio "
+            "cannot tell a candidate that sped up from a baseline that slowed down.")
     found = committed(tmp_path / "two", rebuilt, released)
     assert ledger.rebuild_pair(found, None) is None
     assert ledger.release_sentence(found, None) == said + (
@@ -363,6 +371,8 @@ def test_the_release_sentence_names_what_the_builds_differ_in_and_the_rebuild_co
         "not measured here.")
     found = committed(tmp_path / "three", first, rebuilt, released)
     assert ledger.release_sentence(found, None) == said + (
+        " Against each of the 2 builds of the old release, 1 moved every time "
+        "(dot_jit_vs_vmap) and 0 against only some of them."
         " Between two builds of one release (2026-11-27_cpu-2core_torch-2.13.0_jax-0.10.2 "
         "(torch 2.13.0, jax 0.10.2) and 2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2 (torch "
         "2.13.0, jax 0.10.2): Python 3.13.1 -> 3.13.2; commit abc123 -> def456), 1 of the 3 "
@@ -411,14 +421,15 @@ def test_the_rebuild_pair_is_the_newest_two_cpu_builds_of_one_release_at_one_sca
     rerun = committed(tmp_path / "r", (rows(dot_jit_vs_compile=FASTER), dict(
         versions={"torch": TORCH, "jax": JAX}, build_id="20261201T100000Z-new",
         date="2026-12-01")))
-    assert len(ledger.columns(rerun, this)) == 2 and ledger.rebuild_pair(rerun, this) is None
+    assert len(ledger.columns(rerun, this)) == 1 and ledger.rebuild_pair(rerun, this) is None
 
 
 def test_the_release_sentence_when_nothing_moved_or_nothing_is_shared(tmp_path):
     found = committed(tmp_path, (rows(dot_jit_vs_compile=TIE), {}))
     this = this_build(tmp_path, rows(dot_jit_vs_compile=TIE))
     assert "), 0 of the 1 claim both made moved beyond the claim's band, 1 held steady and 0 " \
-           "stayed undecided. No two builds" in ledger.release_sentence(found, this)
+           "stayed undecided. Over all 1 shared claim the median new/old is 1.000" in \
+        ledger.release_sentence(found, this)
     other = this_build(tmp_path / "o", rows(dot_jit_vs_vmap=TIE))
     assert ledger.release_sentence(found, other).endswith(
         "share no claim, so nothing can be said about what the release changed.")
@@ -455,7 +466,9 @@ def test_the_found_sentence_when_this_build_stands_alone(tmp_path):
                                dict(build_id="20261201T100000Z-new", date="2026-12-01")))
     assert "the only committed bundle is this build's own" in ledger.found_sentence(own, this)
     rerun = this_build(tmp_path / "r", rows(dot_jit_vs_compile=TIE))  # its pages re-run since
-    assert ledger.found_sentence(own, rerun) == (
+    assert "the only committed bundle is this build's own" in ledger.found_sentence(own, rerun)
+    later = this_build(tmp_path / "l", rows(dot_jit_vs_compile=TIE), build_id="20261202T1Z-b")
+    assert ledger.found_sentence(own, later) == (
         "1 bundle is committed. Of this build's 1 claim, 1 was also made by another build: 1 "
         "reached the same verdict in every build that decided it, 0 flipped, and 0 were "
         "decided by fewer than two builds.")
@@ -567,7 +580,7 @@ def test_the_page_re_executes_every_build_and_keeps_its_cells_short():
     assert statistics.median(len(c.source.splitlines()) for c in cells) < 10
     text = PAGE.read_text()
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
-        "## The builds", "## What changed between the two CPU builds", "## Claim by claim",
+        "## The builds", "## What changed from the old release to the new", "## Claim by claim",
         "## Add your build"]
 
 

@@ -58,6 +58,7 @@ class Column:
     build: dict
     claims: pd.DataFrame
     bundle: str = ""
+    build_ids: frozenset = frozenset()  # every build id its pages' stamps name
 
     @property
     def kind(self) -> str:
@@ -80,7 +81,9 @@ def this_build(results: Path | None = None) -> Column | None:
     if saved.empty:
         return None
     build = bundle_files.describe_build(folder, strict=False)
-    return Column(THIS_BUILD, build, follow_moves(saved))
+    stamps = provenance.load(folder)
+    return Column(THIS_BUILD, build, follow_moves(saved),
+                  build_ids=frozenset(stamps["build_id"].astype(str)))
 
 
 def load_ledger(root: Path | None = None, results: Path | None = None):
@@ -91,26 +94,39 @@ def load_ledger(root: Path | None = None, results: Path | None = None):
     return committed, this_build(results)
 
 
-def _same_claims(a: pd.DataFrame, b: pd.DataFrame) -> bool:
-    keys = [*_KEY, "ratio", "low", "high"]
-    return len(a) == len(b) and a[keys].sort_values(_KEY).reset_index(drop=True).equals(
-        b[keys].sort_values(_KEY).reset_index(drop=True))
+def _one_build(a: Column, b: Column) -> bool:
+    """Whether two columns hold one build's measurements: a page stamped with the same build
+    id (a build id names a run of `make book`; its cached pages keep it in later builds)."""
+    return bool((a.build_ids or {a.build["build_id"]}) & (b.build_ids or {b.build["build_id"]})
+                - {provenance.OUTSIDE_BUILD})
 
 
 def columns(committed, this: Column | None) -> list[Column]:
     """The ledger page's columns, oldest first: the CPU bundles, then the GPU bundles, each by
-    date, then this build. A bundle of this very build (same build id, the same claims)
-    shows once, as this build with its bundle's name; pages re-run after the bundle was
-    written keep both columns."""
-    built = [Column(b.name, b.build, follow_moves(b.claims), b.name) for b in committed]
-    if this is not None and this.build["build_id"] != provenance.OUTSIDE_BUILD:
-        same = [c for c in built if c.build["build_id"] == this.build["build_id"]
-                and _same_claims(c.claims, this.claims)]
-        if same:  # shown with the facts its bundle recorded when it was written
-            built = [c for c in built if c is not same[0]]
-            this = replace(this, build=same[0].build, bundle=same[0].bundle)
+    date, then this build. A bundle that holds this build's measurements (a page stamped
+    with one of its build ids: this build's own, or the one its cached pages came from)
+    shows once, as this build, named with its bundle; pages re-run since keep their new
+    numbers, and this build's notes say how many claims differ from the bundle."""
+    built = [Column(b.name, b.build, follow_moves(b.claims), b.name,
+                    frozenset(b.provenance["build_id"].astype(str))) for b in committed]
+    if this is not None:
+        same = [c for c in built if _one_build(c, this)]
+        if same:
+            built = [c for c in built if c is not same[-1]]
+            differ = _claims_differing(same[-1].claims, this.claims)
+            notes = "; ".join(filter(None, [this.build.get("notes", ""), (
+                f"{differ} of its claims re-measured since its bundle was written (pages "
+                "re-run in a later build)") if differ else ""]))
+            this = replace(this, bundle=same[-1].bundle, build=dict(this.build, notes=notes))
     order = sorted(built, key=lambda c: (c.kind != "cpu", c.build["date"], c.build["build_id"]))
     return order + ([this] if this is not None else [])
+
+
+def _claims_differing(a: pd.DataFrame, b: pd.DataFrame) -> int:
+    keys = [*_KEY, "ratio", "low", "high"]
+    both = a[keys].merge(b[keys], on=_KEY, how="outer", suffixes=("_a", "_b"))
+    same = [(both[f"{k}_a"] == both[f"{k}_b"]) for k in ("ratio", "low", "high")]
+    return int((~(same[0] & same[1] & same[2])).sum())
 
 
 def _ratio(value: float) -> str:
@@ -250,7 +266,7 @@ def rebuild_pair(committed, this: Column | None) -> tuple[Column, Column] | None
     cpus = [c for c in columns(committed, this) if c.kind == "cpu"]
     pairs = [(a, b) for i, a in enumerate(cpus) for b in cpus[i + 1:]
              if a.release == b.release and a.build["scale"] == b.build["scale"]
-             and a.build["build_id"] != b.build["build_id"]]
+             and not _one_build(a, b)]
     return max(pairs, key=lambda ab: (ab[1].build["date"], ab[1].build["build_id"],
                                       ab[0].build["date"], ab[0].build["build_id"]),
                default=None)
@@ -394,7 +410,22 @@ def release_sentence(committed, this: Column | None) -> str:
     named = ", ".join(f"in {len(ids)} {reading} ({_names(ids)})" for reading, ids in moved if ids)
     said = (f"From {_release_words(old)} to {_release_words(new)}, both on the CPU at "
             f"{new.build['scale']} scale (they differ in {differences(old, new)}), "
-            f"{_change_counts(changes)}" + (f"; moved: {named}" if named else "") + ".")
+            f"{_change_counts(changes)}" + (f"; moved: {named}" if named else "") + ". "
+            f"Over all {_count(len(changes), 'shared claim')} the median new/old is "
+            f"{_ratio(changes['ratio'].median())}: a ratio cannot tell a candidate that sped "
+            "up from a baseline that slowed down.")
+    peers = [c for c in columns(committed, this) if c.kind == "cpu" and c.release == old.release
+             and c.build["scale"] == old.build["scale"] and not _one_build(c, new)]
+    if len(peers) > 1:
+        moved_each = [set(found.index[found["change"] == "moved"])
+                      for found in (release_changes(peer, new) for peer in peers)]
+        every = sorted(set.intersection(*moved_each), key=_in_order)
+        some = sorted(set.union(*moved_each) - set(every), key=_in_order)
+        said += (f" Against each of the {len(peers)} builds of the old release, "
+                 f"{len(every)} moved every time" + (f" ({_names(i for _, i in every)})"
+                                                     if every else "")
+                 + f" and {len(some)} against only some of them"
+                 + (f" ({_names(i for _, i in some)})" if some else "") + ".")
     control = rebuild_pair(committed, this)
     if control is None:
         return said + (" No two builds of one release are committed yet, so what a rebuild "
