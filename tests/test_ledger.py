@@ -661,3 +661,16 @@ def test_the_committed_bundles_are_valid():
     for found in bundles.load_all(ROOT / "book" / "data" / "builds", current=claim_map.current):
         assert json.loads((found.folder / "build.json").read_text()) == found.build
 
+
+
+def test_an_alias_meets_the_same_claim_saved_under_its_own_id_in_another_build(tmp_path):
+    """One build saved a comparison under two ids (the second an alias: PyTorch's best step
+    was its eager one), another under each id: the ledger lines both up by id."""
+    merged = claim("04_gpt_training", "char_bf16_jax_vs_torch", FASTER)
+    merged["aliases"] = "char_bf16_jax_vs_eager"
+    found = committed(tmp_path, ([merged], {}), ([
+        claim("04_gpt_training", "char_bf16_jax_vs_torch", FASTER),
+        claim("04_gpt_training", "char_bf16_jax_vs_eager", TIE)], dict(date="2026-11-30")))
+    table = ledger.verdicts(found, None)
+    assert table.loc[("04_gpt_training", "char_bf16_jax_vs_eager")].tolist() == ["faster", "tie"]
+    assert table.loc[("04_gpt_training", "char_bf16_jax_vs_torch")].tolist() == ["faster"] * 2

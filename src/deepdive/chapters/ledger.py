@@ -82,8 +82,23 @@ def this_build(results: Path | None = None) -> Column | None:
         return None
     build = bundle_files.describe_build(folder, strict=False)
     stamps = provenance.load(folder)
-    return Column(THIS_BUILD, build, follow_moves(saved),
+    return Column(THIS_BUILD, build, _read(saved),
                   build_ids=frozenset(stamps["build_id"].astype(str)))
+
+
+def _read(saved: pd.DataFrame) -> pd.DataFrame:
+    """A build's claims as the ledger compares them: moved claims followed to where they live
+    now, and each alias (another id a page gave the same measurement, `aliases`) made a row
+    of its own, so a comparison one build saved under two ids and another under one still
+    meets itself."""
+    frame = follow_moves(saved)
+    if "aliases" not in frame:
+        return frame
+    named = [{**row.to_dict(), "claim_id": alias} for _, row in frame.iterrows()
+             for alias in str(row["aliases"]).split(";") if alias and alias != "nan"]
+    extra = pd.DataFrame(named, columns=frame.columns)
+    extra = extra[~extra.set_index(_KEY).index.isin(frame.set_index(_KEY).index)]
+    return pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
 
 
 def load_ledger(root: Path | None = None, results: Path | None = None):
@@ -107,7 +122,7 @@ def columns(committed, this: Column | None) -> list[Column]:
     with one of its build ids: this build's own, or the one its cached pages came from)
     shows once, as this build, named with its bundle; pages re-run since keep their new
     numbers, and this build's notes say how many claims differ from the bundle."""
-    built = [Column(b.name, b.build, follow_moves(b.claims), b.name,
+    built = [Column(b.name, b.build, _read(b.claims), b.name,
                     frozenset(b.provenance["build_id"].astype(str))) for b in committed]
     if this is not None:
         same = [c for c in built if _one_build(c, this)]
