@@ -674,3 +674,18 @@ def test_an_alias_meets_the_same_claim_saved_under_its_own_id_in_another_build(t
     table = ledger.verdicts(found, None)
     assert table.loc[("04_gpt_training", "char_bf16_jax_vs_eager")].tolist() == ["faster", "tie"]
     assert table.loc[("04_gpt_training", "char_bf16_jax_vs_torch")].tolist() == ["faster"] * 2
+
+
+def test_the_release_summary_counts_moves_beside_the_rebuild_control(tmp_path):
+    old = (rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=TIE), {})
+    new = (rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=SLOWER, grads_jit_vs_compile=TIE),
+           dict(date="2026-11-30", versions=NEW))
+    assert ledger.release_summary(committed(tmp_path / "a", old, new), None) == (
+        "From torch 2.13.0 and jax 0.10.2 to torch 2.99.0 and jax 0.99.0 (CPU, small scale), "
+        "2 of 3 shared claims moved (in 1 the candidate gained against its baseline, in 1 the "
+        "candidate lost against its baseline); no rebuild of one release is committed to "
+        "compare that with.")
+    again = (old[0], dict(date="2026-11-29"))
+    assert ledger.release_summary(committed(tmp_path / "b", old, again, new), None).endswith(
+        "; two builds of one release moved 0 against each other.")
+    assert ledger.release_summary([], None).startswith("Comparing releases needs two CPU")

@@ -34,7 +34,7 @@ from deepdive.core.verdict import DECIDED, TieBand, classify
 
 __all__ = ["ABSENT", "CHANGES", "FLIPPED", "THIS_BUILD", "Column", "claims_table", "columns",
            "differences", "flips", "found_sentence", "load_ledger", "provenance_table",
-           "ratio_of_ratios", "rebuild_pair", "release_changes",
+           "ratio_of_ratios", "rebuild_pair", "release_changes", "release_summary",
            "release_pair", "release_sentence", "release_table", "styled_claims", "this_build",
            "verdicts"]
 
@@ -404,6 +404,30 @@ def _change_counts(changes: pd.DataFrame) -> str:
     return (f"{counts.get('moved', 0)} of the {_count(len(changes), 'claim')} both made moved "
             f"beyond the claim's band, {counts.get('steady', 0)} held steady and "
             f"{counts.get('undecided', 0)} stayed undecided")
+
+
+def release_summary(committed, this: Column | None) -> str:
+    """The release comparison in one short sentence for the ledger page's box: how many
+    shared claims moved between the two CPU releases, which way, and how many a rebuild of
+    one release alone moved (`release_sentence` has the rest)."""
+    pair = release_pair(committed, this)
+    if pair is None:
+        return _no_pair(committed, this)
+    old, new = pair
+    changes = release_changes(old, new)
+    ways = [f"in {(changes['verdict'] == v).sum()} {CHANGES[v][1]}"
+            for v in DECIDED if (changes["verdict"] == v).any()]
+    torch_old, jax_old = old.release
+    torch_new, jax_new = new.release
+    said = (f"From torch {torch_old} and jax {jax_old} to torch {torch_new} and jax {jax_new} "
+            f"(CPU, {new.build['scale']} scale), {(changes['change'] == 'moved').sum()} of "
+            f"{_count(len(changes), 'shared claim')} moved"
+            + (f" ({', '.join(ways)})" if ways else "") + "; ")
+    control = rebuild_pair(committed, this)
+    if control is None:
+        return said + "no rebuild of one release is committed to compare that with."
+    moved = (release_changes(*control)["change"] == "moved").sum()
+    return said + f"two builds of one release moved {moved} against each other."
 
 
 def release_sentence(committed, this: Column | None) -> str:
