@@ -46,7 +46,7 @@ export DEEPDIVE_BUILD_ID
 PY_MINOR := import sys; print(sys.version_info[:2])
 VENV_FOR_PYTHON = sh -c 'test "$$("$$1/bin/python" -c "$(PY_MINOR)" 2>/dev/null)" = "$$($(PYTHON) -c "$(PY_MINOR)")" || $(PYTHON) -m venv --clear "$$1"' venv
 
-.PHONY: book test lab clean env runtime-env xla-env bundle
+.PHONY: book test lab clean env runtime-env xla-env bundle releases
 
 env: $(STAMP)
 runtime-env: $(RUNTIME_STAMP)
@@ -91,3 +91,9 @@ clean:
 # Writes this build's evidence as a dated bundle into book/data/builds/ (README: contribute a bundle).
 bundle: $(STAMP)
 	$(BIN)/python -m deepdive.book.bundles write
+
+# Every jax and torch release since the old pins, each in a throwaway environment, one
+# bundle each into book/data/releases (minutes per release; not part of book or test).
+# RELEASES picks some: make releases RELEASES="jax==0.11.1 torch"
+releases: $(STAMP)
+	$(BIN)/python -m deepdive.releases.run $(RELEASES)

@@ -7,8 +7,8 @@ deferred imports is a circle that only waits for the wrong call order. Imports u
 
 - No import circle, named module by module when there is one.
 - Layers: the measurement core imports nothing above it; the models import the core; the
-  book's plumbing imports the core and the models; the pages' code (chapters) may import
-  anything.
+  book's plumbing imports the core and the models; the pages' code (chapters) imports
+  those; the release sweeps (releases) may import anything.
 - A public API per module: `__all__` lists its public functions and classes, and no module
   imports another's private (underscored) names.
 - The core and the plumbing import neither torch nor jax when imported.
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "deepdive"
-LAYERS = ("core", "models", "book", "chapters")  # lowest first: each imports only lower
+# lowest first: each imports only lower
+LAYERS = ("core", "models", "book", "chapters", "releases")
 FLAT_LAYERS: dict[str, str] = {}  # every module is in a layer's subpackage
 FRAMEWORKS = ("torch", "jax", "jaxlib", "flax", "optax", "transformers", "torch_xla")
 

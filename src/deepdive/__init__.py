@@ -1,4 +1,4 @@
-"""Measurement helpers for *PyTorch vs JAX, Deep Dives*, in four layers, one subpackage
+"""Measurement helpers for *PyTorch vs JAX, Deep Dives*, in five layers, one subpackage
 each; a module imports only from its own layer and the layers before it
 (`tests/test_package.py` checks this, and that no import circle exists).
 
@@ -25,6 +25,10 @@ each; a module imports only from its own layer and the layers before it
    and `regimes` (the methodology page's experiments), `evidence`, `guide` and
    `bottom_line` (the choosing chapter's readings), and `ledger` (the ledger page's: every
    committed bundle beside this build, claim by claim).
+5. `deepdive.releases`, the release sweeps (`make releases`, never part of a build): `matrix`
+   (which jax and torch releases, what each installs, the runs' ledger), `workloads` (the
+   reduced set each release runs), `run` (a throwaway environment per release, one bundle
+   each) and `history` (the ledger page's reading of them).
 
 Importing the core or the plumbing imports neither torch nor jax (they are imported inside
 the functions that need them), so a page or worker that uses one framework never pays for

@@ -182,8 +182,11 @@ def describe_build(folder: Path | None = None, notes: str = "", strict: bool = T
                           "build's evidence: rebuild those chapters in one build (make clean; "
                           "make book)")
     last = stamps.sort_values("executed_at").iloc[-1]
-    installed = {(d.metadata["Name"] or "").lower(): d.version
-                 for d in importlib.metadata.distributions()}  # triton: not in env.versions()
+    installed: dict[str, str] = {}
+    # The first of a name on sys.path, as `import` finds it: a release's throwaway environment
+    # (deepdive.releases) lays its own packages over the book's
+    for d in importlib.metadata.distributions():  # triton: not in env.versions()
+        installed.setdefault((d.metadata["Name"] or "").lower(), d.version)
     versions = {name: installed.get(name) for name in VERSION_NAMES}
     versions |= {"torch": facts["torch"], "jax": facts["jax"]}
     return {"date": str(last["executed_at"])[:10], "build_id": str(last["build_id"]),
@@ -215,18 +218,23 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def write(results_folder: Path | None = None, into: Path | None = None, notes: str = "",
-          replace: bool = False) -> Path:
+          replace: bool = False, fields: dict[str, str] | None = None) -> Path:
     """Write the build in `results_folder` (this build's `_build/results` by default) as a
     bundle under `into` (`builds_dir()`), and return its folder (`make bundle`; the ledger
     page's "Add your build"). Refuses (`BundleError`, saying what and why) evidence that is
     missing or not one build's, a claim id the registry does not know, an environment whose
     torch or jax is not the build's, a bundle over `MAX_BYTES`, and an existing folder of
-    the same name unless `replace`. The bundle is validated (`load`) before it takes its
-    place."""
+    the same name unless `replace`. `fields` adds text fields to build.json (a release
+    sweep's `sweep` and `release`); they may not replace one of `BUILD_FIELDS`. The bundle
+    is validated (`load`) before it takes its place."""
     import pandas as pd
 
     source = Path(results_folder) if results_folder is not None else env.results_dir()
     build = describe_build(source, notes=notes)
+    clashing = sorted(set(fields or {}) & set(BUILD_FIELDS))
+    if clashing:
+        raise BundleError(f"fields may not replace build.json's own {clashing}")
+    build |= {str(k): str(v) for k, v in (fields or {}).items()}
     # named here, in the build's own file, rather than in the bundle being written
     _check_claims(pd.read_csv(source / claims.FILE_NAME), _shown(source / claims.FILE_NAME),
                   claim_ids.CLAIM_IDS, None)
@@ -407,8 +415,8 @@ def load_all(root: Path | None = None, patterns=claim_ids.CLAIM_IDS,
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m deepdive.book.bundles write [--results DIR] [--into DIR] [--notes TEXT]
-    [--replace]` writes this build's bundle; `check [--into DIR]` validates the committed
-    ones. Prints what it did, or why it refused (exit status 1)."""
+    [--replace] [--field KEY=VALUE ...]` writes this build's bundle; `check [--into DIR]`
+    validates the committed ones. Prints what it did, or why it refused (exit status 1)."""
     parser = argparse.ArgumentParser(prog="python -m deepdive.book.bundles",
                                      description="Write or check bundles of a build's evidence.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -420,12 +428,18 @@ def main(argv: list[str] | None = None) -> int:
     writing.add_argument("--notes", default="", help="free text kept in build.json")
     writing.add_argument("--replace", action="store_true",
                          help="write over a bundle of the same name")
+    writing.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
+                         help="a text field added to build.json (repeatable)")
     checking = commands.add_parser("check", help="validate every committed bundle")
     checking.add_argument("--into", type=Path, help="where bundles live")
     options = parser.parse_args(argv)
     try:
         if options.command == "write":
-            target = write(options.results, options.into, options.notes, options.replace)
+            bad = [f for f in options.field if "=" not in f]
+            if bad:
+                raise BundleError(f"--field takes KEY=VALUE, got {bad}")
+            target = write(options.results, options.into, options.notes, options.replace,
+                           dict(f.split("=", 1) for f in options.field))
             print(f"wrote {_shown(target)} ({_folder_bytes(target) / 1e3:.1f} kB)")
         else:
             found = load_all(options.into)

@@ -66,6 +66,10 @@ CLAIM_IDS: tuple[str, ...] = (
     # 05_vit_xla: the same eager step on the worker's torch and the page's; older builds
     # named it by the two versions (torch29_vs_torch213)
     r"^(?:xla_torch_vs_book_torch|torch[0-9]+_vs_torch[0-9]+)$",
+    # releases: the reduced set every jax and torch release runs (deepdive.releases.workloads)
+    r"^release_(?:dot_jit_vmap_vs_torch_vmap|dot_fori_vs_vmap|attention_jit_vmap_vs_torch_vmap"
+    r"|chain_jit_vs_eager|chain_compile_vs_eager|chain_jit_vs_compile|gpt_jax_vs_torch_eager"
+    r"|gpt_jax_vs_compile|fori_write_40k_vs_4x10k)$",
     # 06_distributed: per device count (real GPUs only)
     rf"^(?:dp_x{_N}_vs_one|fsdp_x{_N}_vs_dp|dp_shard_map_x{_N}_vs_dp"
     rf"|fsdp_constraints_x{_N}_vs_shard_map)$",
