@@ -1,5 +1,8 @@
 """deepdive.models.torch_distributed: N real processes (gloo) train like one, over several steps."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -237,3 +240,71 @@ def test_every_record_says_where_and_in_what_precision_its_rank_ran(runs, strate
 def test_parameter_storage_is_at_least_the_logical_bytes(runs, strategy):
     for record in runs[strategy]:
         assert record["param_storage_bytes"] >= record["param_bytes"] > 0
+
+
+def _write_records(folder, strategy, world):
+    np.savez(folder / f"{strategy}-params.npz", w=np.zeros(2))
+    for rank in range(world):
+        (folder / f"{strategy}-rank{rank}.json").write_text(json.dumps({"rank": rank}))
+
+
+def test_a_run_is_finished_only_with_every_ranks_record_and_the_parameters(tmp_path):
+    assert not td.finished(("ddp",), 2, str(tmp_path))
+    _write_records(tmp_path, "ddp", 2)
+    assert td.finished(("ddp",), 2, str(tmp_path))
+    assert not td.finished(("ddp", "fsdp2"), 2, str(tmp_path))
+    (tmp_path / "ddp-rank1.json").unlink()
+    assert not td.finished(("ddp",), 2, str(tmp_path))
+
+
+def _fake_spawn(monkeypatch, outcomes):
+    """torch.multiprocessing.spawn replaced: each call takes the next outcome, writing the
+    records or not, then dying by a signal, raising in a rank, or returning."""
+    import torch.multiprocessing as mp
+
+    calls = []
+
+    def spawn(fn, args, nprocs, join):
+        strategies, world, out_dir, _ = args
+        writes, ends = outcomes[len(calls)]
+        calls.append(ends)
+        if writes:
+            for s in strategies:
+                _write_records(Path(out_dir), s, world)
+        if ends == "signal":
+            raise mp.ProcessExitedException("process 1 terminated with signal SIGABRT",
+                                            error_index=1, error_pid=1, exit_code=-6,
+                                            signal_name="SIGABRT")
+        if ends == "exit":
+            raise mp.ProcessExitedException("process 1 terminated with exit code 1",
+                                            error_index=1, error_pid=1, exit_code=1)
+
+    monkeypatch.setattr(mp, "spawn", spawn)
+    return calls
+
+
+OPTIONS = dict(width=8, depth=1, batch_size=8, check_steps=2, steps=0, device="cpu")
+
+
+def test_a_rank_killed_after_writing_its_records_keeps_them(monkeypatch, tmp_path):
+    calls = _fake_spawn(monkeypatch, [(True, "signal")])
+    with pytest.warns(UserWarning, match="kept them"):
+        runs = td.spawn_each(("ddp",), 2, str(tmp_path), **OPTIONS)
+    assert calls == ["signal"] and [r["rank"] for r in runs["ddp"]] == [0, 1]
+
+
+def test_a_rank_killed_before_its_records_runs_once_more_then_fails(monkeypatch, tmp_path):
+    calls = _fake_spawn(monkeypatch, [(False, "signal"), (True, "ok")])
+    with pytest.warns(UserWarning, match="attempt 2 of 2"):
+        td.spawn_each(("ddp",), 2, str(tmp_path), **OPTIONS)
+    assert calls == ["signal", "ok"]
+    _fake_spawn(monkeypatch, [(False, "signal"), (False, "signal")])
+    with pytest.warns(UserWarning), pytest.raises(Exception, match="SIGABRT"):
+        td.spawn_each(("ddp",), 2, str(tmp_path / "again"), **OPTIONS)
+
+
+def test_a_rank_that_exits_with_an_error_is_not_run_again(monkeypatch, tmp_path):
+    calls = _fake_spawn(monkeypatch, [(True, "exit")])
+    with pytest.raises(Exception, match="exit code 1"):
+        td.spawn_each(("ddp",), 2, str(tmp_path), **OPTIONS)
+    assert calls == ["exit"]

@@ -23,20 +23,24 @@ import json
 import os
 import socket
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["CHECK_STEPS", "COLLECTIVE_NAMES", "DEVICES", "SGD", "STRATEGIES", "TIMED_STEPS",
-           "Placement", "device_label", "global_batch", "main", "make_model", "placement",
+__all__ = ["CHECK_STEPS", "COLLECTIVE_NAMES", "DEVICES", "SGD", "SPAWN_ATTEMPTS", "STRATEGIES",
+           "TIMED_STEPS", "Placement", "device_label", "finished", "global_batch", "main",
+           "make_model", "placement",
            "read_records", "spawn", "spawn_each", "train", "wrap"]
 
 STRATEGIES = ("single", "ddp", "fsdp2")
 SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
 CHECK_STEPS = 6  # steps compared against one process: momentum shows from the second on
 TIMED_STEPS = 20  # steps timed after the checked ones, one sample each (0: time none)
+# A run whose rank dies by a signal before every record is written runs once more
+SPAWN_ATTEMPTS = 2
 DEVICES = ("cuda", "cpu")  # what `device=` accepts; None: CUDA wherever it is available
 
 
@@ -174,9 +178,44 @@ def spawn_each(strategies, world: int, out_dir: str, **options) -> dict[str, lis
     placement(world, **_cuda_counts(), local_rank=0, local_world=world,
               device=options.get("device"))
     os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(_free_port())
-    mp.spawn(_spawned, args=(strategies, world, out_dir, options), nprocs=world, join=True)
+    for attempt in range(1, SPAWN_ATTEMPTS + 1):
+        for stale in _record_paths(strategies, out_dir):  # a failed attempt's, never read
+            stale.unlink()
+        os.environ["MASTER_PORT"] = str(_free_port())
+        try:
+            mp.spawn(_spawned, args=(strategies, world, out_dir, options), nprocs=world,
+                     join=True)
+            break
+        except mp.ProcessExitedException as error:
+            # A rank killed by a signal (Gloo's threads can abort a process on its way out:
+            # "terminate called without an active exception") is the runtime's failure, not
+            # the run's; a rank that raised is the run's, and its traceback is the error.
+            if error.signal_name is None:
+                raise
+            if finished(strategies, world, out_dir):
+                warnings.warn(f"{error} after every rank had written its records: kept them",
+                              stacklevel=2)
+                break
+            if attempt == SPAWN_ATTEMPTS:
+                raise
+            warnings.warn(f"{error} before every rank had written its records: running the "
+                          f"{world} processes again (attempt {attempt + 1} of {SPAWN_ATTEMPTS})",
+                          stacklevel=2)
     return {strategy: read_records(strategy, out_dir) for strategy in strategies}
+
+
+def _record_paths(strategies, out_dir: str) -> list[Path]:
+    return [p for s in strategies for p in (*Path(out_dir).glob(f"{s}-rank*.json"),
+                                            Path(out_dir) / f"{s}-params.npz") if p.exists()]
+
+
+def finished(strategies, world: int, out_dir: str) -> bool:
+    """Whether every rank of `world` wrote its record for every strategy, and rank 0 the
+    parameters: the run's results are whole whatever happened to its processes after."""
+    folder = Path(out_dir)
+    return all((folder / f"{s}-params.npz").is_file()
+               and all((folder / f"{s}-rank{r}.json").is_file() for r in range(world))
+               for s in strategies)
 
 
 def read_records(strategy: str, out_dir: str) -> list[dict]:
