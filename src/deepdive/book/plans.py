@@ -205,9 +205,12 @@ OTHER_S = {
 # why. The GPT chapter holds two benchmarks of the same model, PyTorch against JAX and the
 # PyTorch 2.0 slides' eager/aot_eager/Inductor in fp32 and bf16, each configuration timed
 # once: eleven configurations per GPT, nine of them compiled, do not fit three minutes on
-# two cores (it ran 222-240 s on this book's 2-core machine). It replaced two pages of
-# three minutes each; the book's pages stay within 15 minutes in all.
-BUDGET_S_OF = {("04_gpt_training", "small"): 300.0}
+# two cores. It replaced two pages of three minutes each. On torch 2.15 it ran 230-256 s on
+# this book's 2-core machine with Inductor's cache warm, and 304 s on the CI machine
+# (2026-11-28), whose clean clone compiles every kernel cold: six minutes leaves that
+# machine's run-to-run spread room. Four cold Inductor compiles (two GPTs, fp32 and bf16)
+# are most of it.
+BUDGET_S_OF = {("04_gpt_training", "small"): 360.0}
 CHAPTERS = tuple(SIZES)
 
 
