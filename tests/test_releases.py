@@ -54,6 +54,34 @@ def test_runs_csv_keeps_one_row_per_release_in_the_matrixs_order(tmp_path):
         matrix.Run("jax", "0.11.1", status="skipped")
 
 
+def test_a_run_that_replaces_a_row_removes_the_bundle_it_superseded(tmp_path):
+    path = tmp_path / "runs.csv"
+    for name in ("day-1", "day-2"):
+        (tmp_path / name).mkdir()
+    matrix.write_run(path, matrix.Run("jax", "0.11.1", bundle="day-1"))
+    matrix.write_run(path, matrix.Run("jax", "0.11.1", bundle="day-2"))
+    assert not (tmp_path / "day-1").exists() and (tmp_path / "day-2").exists()
+    matrix.write_run(path, matrix.Run("jax", "0.11.1", status="run failed", error="boom"))
+    assert not (tmp_path / "day-2").exists()
+    assert [r["bundle"] for r in matrix.read_runs(path)] == [""]
+
+
+def test_a_sweep_with_the_held_point_runs_it_again_as_the_control(tmp_path, capsys):
+    ran = []
+
+    def fake(release, into, workdir):
+        ran.append((release.name, into.name))
+        return matrix.Run(release.sweep, release.version, bundle="b")
+
+    run.sweep([Release("jax", "0.11.1"), matrix.held_point()], tmp_path, tmp_path, fake)
+    assert ran == [("jax 0.11.1", tmp_path.name), ("jax 0.12.0.1", tmp_path.name),
+                   ("jax 0.12.0.1", "control")]
+    assert "jax 0.12.0.1 (control): ok" in capsys.readouterr().out
+    ran.clear()
+    run.sweep([Release("torch", "2.13.0")], tmp_path, tmp_path, fake)
+    assert ran == [("torch 2.13.0", tmp_path.name)]  # no held point, no control
+
+
 def test_the_write_loops_closed_form_is_what_the_loop_computes():
     x = np.zeros(6)
     for i in range(1, 6):

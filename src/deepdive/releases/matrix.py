@@ -11,13 +11,15 @@ needs pip resolves. Pure data and decisions: nothing here installs or imports a 
 from __future__ import annotations
 
 import csv
+import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from deepdive.core import env
 
-__all__ = ["HELD", "JAX_FLAX", "OPTAX", "RUN_COLUMNS", "STATUSES", "SWEEPS", "TORCH_RELEASES",
-           "Release", "Run", "read_runs", "releases", "releases_dir", "select", "write_run"]
+__all__ = ["CONTROL_FOLDER", "HELD", "JAX_FLAX", "OPTAX", "RUN_COLUMNS", "STATUSES", "SWEEPS",
+           "TORCH_RELEASES", "Release", "Run", "held_point", "read_runs", "releases",
+           "releases_dir", "select", "write_run"]
 
 SWEEPS = ("jax", "torch")
 # jax release -> the newest flax that supports it (flax's Requires-Dist, read 2026-11-28)
@@ -27,6 +29,9 @@ TORCH_RELEASES = ("2.13.0", "2.14.1", "2.15.0")  # the newest patch of each mino
 OPTAX = "0.2.8"  # needs jax 0.5.3 or later: every release here
 HELD = {"jax": "0.12.0.1", "torch": "2.15.0"}  # the book's pins: the other sweep holds these
 STATUSES = ("ok", "install failed", "run failed")
+# A second run of the held point, after the sweeps, with its own runs.csv and bundle in this
+# subfolder: the rebuild control (what moves between two runs of the same releases)
+CONTROL_FOLDER = "control"
 RUN_COLUMNS = ("sweep", "release", "python", "torch", "jax", "jaxlib", "flax", "optax",
                "status", "error", "failed_workloads", "install_s", "run_s", "bundle", "date")
 
@@ -63,6 +68,11 @@ class Release:
     @property
     def name(self) -> str:
         return f"{self.sweep} {self.version}"
+
+
+def held_point() -> Release:
+    """The run at the book's own pins, in jax's sweep (the control repeats it)."""
+    return Release("jax", HELD["jax"])
 
 
 def releases() -> list[Release]:
@@ -131,9 +141,16 @@ def read_runs(path: Path) -> list[dict]:
 
 def write_run(path: Path, run: Run) -> Path:
     """Put `run` into runs.csv, replacing the row of the same sweep and release, rows kept
-    in the matrix's order (unknown releases last)."""
+    in the matrix's order (unknown releases last). The bundle of the row replaced goes with
+    it where the new run wrote another (a later day's) or none: every bundle beside
+    runs.csv is one row's, which the ledger page checks."""
     path = Path(path)
-    rows = [r for r in read_runs(path) if (r["sweep"], r["release"]) != (run.sweep, run.release)]
+    kept = read_runs(path)
+    for old in kept:
+        superseded = old["bundle"] and old["bundle"] != run.bundle
+        if (old["sweep"], old["release"]) == (run.sweep, run.release) and superseded:
+            shutil.rmtree(path.parent / old["bundle"], ignore_errors=True)
+    rows = [r for r in kept if (r["sweep"], r["release"]) != (run.sweep, run.release)]
     rows.append({k: str(v) for k, v in asdict(run).items()})
     order = {(r.sweep, r.version): i for i, r in enumerate(releases())}
     rows.sort(key=lambda r: order.get((r["sweep"], r["release"]), len(order)))

@@ -8,7 +8,9 @@ requirements (from pip's cache where it has them), `deepdive.releases.workloads`
 reduced set, and the bundle is written by the release's own interpreter (it refuses a
 build whose torch or jax is not the one installed). The environment is removed after,
 whatever happened. Each run's outcome, with its error where it failed to install or run,
-goes into `runs.csv` beside the bundles: a failure is recorded, never skipped.
+goes into `runs.csv` beside the bundles: a failure is recorded, never skipped. Where the
+held point (the book's own pins) ran, it runs once more at the end into `control/`: the
+rebuild control, what two runs of the same releases move on this machine.
 
 Not part of `make book` or `make test`: the committed bundles are the evidence, and the
 ledger page reads them.
@@ -34,7 +36,7 @@ from deepdive.releases import matrix
 from deepdive.releases.matrix import Release, Run
 
 __all__ = ["INSTALL_TIMEOUT_S", "RUN_TIMEOUT_S", "Environment", "install", "main", "measure",
-           "run_release", "tail"]
+           "run_release", "sweep", "tail"]
 
 INSTALL_TIMEOUT_S = 1200  # a torch release downloads a few GB where pip's cache lacks it
 RUN_TIMEOUT_S = 900  # the reduced set takes a few minutes on 2 cores
@@ -179,15 +181,29 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"refused: {error}", file=sys.stderr)
         return 2
-    into = options.into or matrix.releases_dir()
     with tempfile.TemporaryDirectory(prefix="deepdive-releases-") as workdir:
-        for release in chosen:
-            print(f"{release.name}: installing {' '.join(release.requirements)}", flush=True)
-            row = run_release(release, into, Path(workdir))
-            said = row.error or row.failed_workloads or f"bundle {row.bundle}"
-            print(f"{release.name}: {row.status} (install {row.install_s:.0f} s, run "
-                  f"{row.run_s:.0f} s): {said}", flush=True)
+        sweep(chosen, options.into or matrix.releases_dir(), Path(workdir))
     return 0
+
+
+def sweep(chosen: list[Release], into: Path, workdir: Path,
+          run_one: Callable[[Release, Path, Path], Run] = run_release) -> list[Run]:
+    """Run `chosen` one after another into `into`, printing each outcome; where the held
+    point is among them, run it once more at the end into `into/control` (the rebuild
+    control: what two runs of the same releases move)."""
+    plan = [(release, Path(into)) for release in chosen]
+    if matrix.held_point() in chosen:
+        plan.append((matrix.held_point(), Path(into) / matrix.CONTROL_FOLDER))
+    rows = []
+    for release, target in plan:
+        name = release.name + (" (control)" if target.name == matrix.CONTROL_FOLDER else "")
+        print(f"{name}: installing {' '.join(release.requirements)}", flush=True)
+        row = run_one(release, target, workdir)
+        said = row.error or row.failed_workloads or f"bundle {row.bundle}"
+        print(f"{name}: {row.status} (install {row.install_s:.0f} s, run {row.run_s:.0f} s): "
+              f"{said}", flush=True)
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":
