@@ -34,9 +34,9 @@ from deepdive.releases.matrix import CONTROL_FOLDER, RUN_COLUMNS, STATUSES, SWEE
 
 __all__ = ["CHAPTER", "FAMILIES", "FORI_CLAIM", "FRAMEWORKS", "ISSUE_39103", "KNOWN_ISSUES",
            "RUNS_FILE", "History", "Point", "changes", "control_changes", "control_table",
-           "correctness", "direction", "fori_sentence", "framework_of", "load", "moves_sentence", "plot_family", "points",
-           "regressions", "runs_sentence", "runs_table", "summary_sentence",
-           "wrong_result_sentence"]
+           "correctness", "direction", "fori_sentence", "framework_of", "load",
+           "moves_sentence", "plot_family", "points", "regressions", "runs_sentence",
+           "runs_table", "summary_sentence", "wrong_result_sentence"]
 
 RUNS_FILE = "runs.csv"
 CHAPTER = "releases"  # the chapter of every release bundle's claims and records
