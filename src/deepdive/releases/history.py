@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -32,11 +33,13 @@ from deepdive.chapters.ledger import Column, release_changes
 from deepdive.core import env
 from deepdive.releases.matrix import CONTROL_FOLDER, RUN_COLUMNS, STATUSES, SWEEPS, releases_dir
 
-__all__ = ["CHAPTER", "FAMILIES", "FORI_CLAIM", "FRAMEWORKS", "ISSUE_39103", "KNOWN_ISSUES",
-           "RUNS_FILE", "History", "Point", "changes", "control_changes", "control_table",
-           "correctness", "direction", "fori_sentence", "framework_of", "load",
-           "moves_sentence", "plot_family", "points", "regressions", "runs_sentence",
-           "runs_table", "summary_sentence", "wrong_result_sentence"]
+__all__ = ["BOOK_CLAIM", "CHAPTER", "FAMILIES", "FORI_CLAIM", "FRAMEWORKS", "ISSUE_39103",
+           "KNOWN_ISSUES", "PLAIN", "RUNS_FILE", "History", "Point", "changes", "control_changes",
+           "control_reach", "control_table", "correctness", "direction", "drift", "drift_text",
+           "fori_sentence", "framework_of", "headline_sentence", "load", "moves_sentence",
+           "plot_family", "plot_fori", "points", "regressions", "replicated", "runs_sentence",
+           "runs_table", "side_everywhere", "summary_sentence", "upgrade_notes",
+           "wrong_result_sentence"]
 
 RUNS_FILE = "runs.csv"
 CHAPTER = "releases"  # the chapter of every release bundle's claims and records
@@ -59,9 +62,25 @@ _FORI_SLOWDOWN = ("jax-ml/jax#40101: since jaxlib 0.11.1 a small dynamic_update_
 KNOWN_ISSUES: dict[tuple[str, str, str], str] = {
     ("jax", "0.10.2", "correctness"): ISSUE_39103,
     ("jax", "0.11.1", FORI_CLAIM): _FORI_SLOWDOWN,
-    # the same .at[].set write inside a jitted fori_loop, as chapter 1's loop variant
-    ("jax", "0.11.1", "release_dot_fori_vs_vmap"): _FORI_SLOWDOWN,
 }
+# each claim as the page's prose names it
+PLAIN = {"release_dot_jit_vmap_vs_torch_vmap": "dot products, jax.jit(vmap) against "
+                                               "torch.func.vmap",
+         "release_attention_jit_vmap_vs_torch_vmap": "per-example attention, jax.jit(vmap) "
+                                                     "against torch.func.vmap",
+         "release_dot_fori_vs_vmap": "dot products, a jitted .at[].set fori_loop against "
+                                     "jax.jit(vmap)",
+         "release_chain_jit_vs_eager": "the elementwise chain, jax.jit against op by op",
+         "release_chain_compile_vs_eager": "the elementwise chain, torch.compile against eager",
+         "release_chain_jit_vs_compile": "the elementwise chain, jax.jit against torch.compile",
+         "release_gpt_jax_vs_torch_eager": "the GPT step, jax.jit against PyTorch eager",
+         "release_gpt_jax_vs_compile": "the GPT step, jax.jit against torch.compile",
+         FORI_CLAIM: "the jitted fori_loop write x.at[i].set(x[i-1]*0.5+1.0)"}
+_WORKLOAD_PLAIN = {"dot": "dot products (chapter 1)", "attention": "per-example attention "
+                   "(chapter 1)", "chain": "the elementwise chain (chapter 2)",
+                   "gpt": "the GPT step (chapter 4)"}
+# the book's own claim that is the same measurement (chapter 1's small sizes)
+BOOK_CLAIM = {"release_dot_fori_vs_vmap": "dot_fori_vs_vmap_256"}
 FRAMEWORKS = {"jax": "JAX", "torch": "PyTorch"}  # the framework each sweep moves
 _OTHER = {"jax": "torch", "torch": "jax"}
 _EMPTY = ("No release bundles are committed under book/data/releases/ yet: `make releases` "
@@ -312,18 +331,19 @@ def framework_of(label: str) -> str:
 def direction(sweep: str, claim_id: str, baseline: str, candidate: str, rose: bool) -> str:
     """Which way a claim that moved between two releases of `sweep` went, for the framework
     the sweep moves: "improvement" or "regression" where one side is the swept framework's
-    (its candidate gaining is an improvement; its baseline gaining, a regression); "the
-    candidate gained" or "lost" where both sides are (jit against eager: neither a gain nor a
-    loss of the framework), except `FORI_CLAIM`, whose falling ratio is a regression of the
-    loop's cost per iteration; "other framework: ..." where neither side is, since a release
-    of one framework cannot move the other's claim (that is noise, or the machine's load).
+    (its candidate gaining is an improvement; its baseline gaining, a regression); "<candidate>
+    gained on <baseline>" or "lost to" where both sides are (jit against eager: neither a
+    gain nor a loss of the framework), except `FORI_CLAIM`, whose falling ratio is a
+    regression of the loop's cost per iteration; "other framework: ..." where neither side
+    is, since a release of one framework should not move the other's claim (that is noise,
+    or the machine's load).
     `rose`: whether the ratio rose (the candidate gained against its baseline)."""
     _check_sweep(sweep)
     swept = FRAMEWORKS[sweep]
     # its labels ("40,000 iterations") name no framework: both sides are jitted JAX loops
     sides = ("JAX", "JAX") if claim_id == FORI_CLAIM else (framework_of(baseline),
                                                           framework_of(candidate))
-    gained = "the candidate gained" if rose else "the candidate lost"
+    gained = (f"{candidate} gained on {baseline}" if rose else f"{candidate} lost to {baseline}")
     if swept not in sides:
         return f"other framework: {gained}"
     if sides[0] == sides[1]:
@@ -363,12 +383,109 @@ def changes(history: History) -> pd.DataFrame:
         measured = [p for p in history.sweeps[sweep] if p.measured]
         for old, new in pairwise(measured):
             rows += _pair_changes(sweep, old, new, old.release, new.release)
-    return pd.DataFrame(rows, columns=_CHANGE_COLUMNS)
+    found = pd.DataFrame(rows, columns=_CHANGE_COLUMNS)
+    reach = control_reach(history)
+    # with no control committed nothing discounts a move: each counts, and the page says so
+    found["beyond control"] = [
+        bool(d == "moved" and (not math.isfinite(reach) or lo > reach or hi < 1 / reach))
+        for d, lo, hi in zip(found["decision"], found["low"], found["high"], strict=True)]
+    found["swept side, every run"] = [_every_run_text(history, r) for r in
+                                      found.to_dict("records")]
+    return found
+
+
+def control_reach(history: History) -> float:
+    """The largest factor the rebuild control moved any claim by, either way (NaN where no
+    control ran): a release move whose whole interval lies beyond it is clear of what this
+    machine does between two runs of the same releases."""
+    found = control_changes(history)
+    if found.empty:
+        return math.nan
+    return float(max(max(c, 1 / c) for c in found["change"].astype(float)))
+
+
+def _runs(history: History) -> list[Point]:
+    """Every measured run once: both sweeps' (the held point once) and the control."""
+    seen = {}
+    for point in [*history.sweeps["jax"], *history.sweeps["torch"], history.control]:
+        if point is not None and point.measured:
+            seen.setdefault(point.bundle.name + point.bundle.build["build_id"], point)
+    return list(seen.values())
+
+
+def _swept_side(sweep: str, claim_id: str, baseline: str, candidate: str) -> str | None:
+    """The side of a claim the sweep's release runs (the candidate where both do)."""
+    if claim_id == FORI_CLAIM:
+        return candidate
+    swept = FRAMEWORKS[sweep]
+    return next((label for label in (candidate, baseline) if framework_of(label) == swept),
+                None)
+
+
+def side_everywhere(history: History, sweep: str, release: str, claim_id: str,
+                    label: str) -> list[float]:
+    """A side's median (ms) in every measured run that installed `release` of the sweep's
+    package, the other sweep's and the control's included: the held framework's release
+    runs in every run of the other sweep, so its side is measured more than once."""
+    found = []
+    for point in _runs(history):
+        if _public(point.bundle.build["versions"][sweep]) == release:
+            value = _side_ms(_records(point.bundle), claim_id, label)
+            found += [value] if math.isfinite(value) else []
+    return found
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "none recorded"
+    low, high = min(values), max(values)
+    runs = _count(len(values), "run")
+    return f"{low:.3g} ms ({runs})" if len(values) == 1 else f"{low:.3g}–{high:.3g} ms ({runs})"
+
+
+def _every_run_text(history: History, row: dict) -> str:
+    """The swept side's medians in every run of each release, for a claim that moved."""
+    if row["decision"] != "moved":
+        return ""
+    claims_now = _claims_of(next(p for p in history.sweeps[row["sweep"]]
+                                 if p.release == row["to"]).bundle).set_index("claim_id")
+    label = _swept_side(row["sweep"], row["claim_id"], claims_now.at[row["claim_id"], "baseline"],
+                        claims_now.at[row["claim_id"], "candidate"])
+    if label is None:
+        return ""
+    was, now = (side_everywhere(history, row["sweep"], r, row["claim_id"], label)
+                for r in (row["from"], row["to"]))
+    return f"{label}: {row['from']} {_spread(was)} → {row['to']} {_spread(now)}"
+
+
+def replicated(history: History, row: dict) -> bool:
+    """Whether every run of the newer release put the swept side beyond every run of the
+    older one by more than the control's reach (absolute times drift between runs of the
+    same releases), with more than one run on some side (one run each replicates nothing)."""
+    claims_now = _claims_of(next(p for p in history.sweeps[row["sweep"]]
+                                 if p.release == row["to"]).bundle).set_index("claim_id")
+    label = _swept_side(row["sweep"], row["claim_id"], claims_now.at[row["claim_id"], "baseline"],
+                        claims_now.at[row["claim_id"], "candidate"])
+    if label is None:
+        return False
+    was, now = (side_everywhere(history, row["sweep"], r, row["claim_id"], label)
+                for r in (row["from"], row["to"]))
+    if not was or not now or len(was) + len(now) < 3:
+        return False
+    # absolute times drift between runs of the same releases: the gap must exceed that
+    reach = control_reach(history)
+    reach = reach if math.isfinite(reach) else 1.0
+    return max(now) * reach < min(was) or min(now) > max(was) * reach
 
 
 def _side_ms(records: pd.DataFrame, claim_id: str, label: str) -> float:
     """A claim side's median in ms from the bundle's records (NaN where none is recorded:
     the fori claim's four short runs are timed as one variant the records do not keep)."""
+    if claim_id == FORI_CLAIM:  # "40,000 iterations": one run of that length
+        length = re.fullmatch(r"([\d,]+) iterations", str(label))
+        medians = _metric(records, _FORI_EXPERIMENT, "median")
+        n = int(length[1].replace(",", "")) if length else None
+        return 1e3 * float(medians[n]) if n in medians.index else math.nan
     experiment = next((e for prefix, e in _EXPERIMENTS.items() if claim_id.startswith(prefix)),
                       None)
     if experiment is None:
@@ -409,7 +526,7 @@ def _pair_changes(sweep: str, old: Point, new: Point, was_label: str, now_label:
             "change": change["ratio"], "low": change["low"], "high": change["high"],
             "decision": change["change"],
             "direction": way if moved and directed else "",
-            "upstream": _upstream(sweep, (new.release, old.release), claim_id) if directed
+            "upstream": _upstream(sweep, (new.release,), claim_id) if directed
             else "", **sides})
     return rows
 
@@ -462,13 +579,19 @@ def regressions(history: History) -> pd.DataFrame:
         "to / from [95% interval]": [f"{_number(r)} [{_number(lo)}, {_number(hi)}]" for r, lo, hi
                                      in zip(moved["change"], moved["low"], moved["high"],
                                             strict=True)]})
-    control = control_changes(history).set_index("claim_id")["decision"]
+    control = control_changes(history).set_index("claim_id")
     shown["in the rebuild control"] = [
-        ("moved too: not the release's" if control.get(c) == "moved" else control.get(c, ""))
+        "" if c not in control.index else
+        f"{control.at[c, 'decision']}, {_number(control.at[c, 'change'])} "
+        f"[{_number(control.at[c, 'low'])}, {_number(control.at[c, 'high'])}]"
         for c in shown["claim_id"]]
+    shown["further than the control moved any claim"] = (
+        shown["beyond control"].map({True: "yes", False: "no"})
+        if math.isfinite(control_reach(history)) else "no control committed")
     return shown[["sweep", "releases", "claim_id", "question", "ratio from", "ratio to",
-                  "to / from [95% interval]", "direction", "baseline (ms)", "candidate (ms)",
-                  "in the rebuild control", "upstream"]].reset_index(drop=True)
+                  "to / from [95% interval]", "further than the control moved any claim",
+                  "direction", "baseline (ms)", "candidate (ms)", "swept side, every run",
+                  "in the rebuild control", "upstream"]].set_index(["sweep", "releases"])
 
 
 def _ms_pair(was: float, now: float) -> str:
@@ -487,19 +610,37 @@ def control_table(history: History) -> pd.DataFrame:
         return _why("No second run of the held point is committed, so there is no rebuild "
                     "control for these moves." if history.control is None else
                     "The control shares no claim with the held point.")
-    moved = found[found["decision"] == "moved"]
-    if moved.empty:
-        return _why(f"A second run of the held point moved none of the {len(found)} claims "
-                    "it shares with the first.")
+    moved = found  # every claim: what a rerun moved, and how far its sides' times drifted
     return moved.assign(**{
+        "ratio from": moved["ratio from"].map(_number), "ratio to": moved["ratio to"].map(_number),
         "to / from [95% interval]": [f"{_number(r)} [{_number(lo)}, {_number(hi)}]" for r, lo, hi
                                      in zip(moved["change"], moved["low"], moved["high"],
                                             strict=True)],
         **{f"{side} (ms)": [_ms_pair(a, b) for a, b in zip(
             moved[f"{side} ms from"], moved[f"{side} ms to"], strict=True)]
            for side in ("baseline", "candidate")}})[
-        ["claim_id", "question", "ratio from", "ratio to", "to / from [95% interval]",
-         "baseline (ms)", "candidate (ms)"]].reset_index(drop=True)
+        ["claim_id", "ratio from", "ratio to", "to / from [95% interval]", "decision",
+         "baseline (ms)", "candidate (ms)"]].rename(
+        columns={"ratio from": "first run", "ratio to": "second run"}).set_index("claim_id")
+
+
+def drift_text(history: History) -> str:
+    """`drift` for the page's prose: the factor as a percentage, or why there is none."""
+    factor = drift(history)
+    if not math.isfinite(factor):
+        return "an unknown amount (no rebuild control is committed)"
+    return f"{100 * (factor - 1):.0f}%"
+
+
+def drift(history: History) -> float:
+    """The largest factor by which one side's median differed between the held point and
+    its rerun (NaN where no control ran): how far absolute times drift between two runs of
+    the same releases on this machine, which is why only paired ratios are compared."""
+    found = control_changes(history)
+    factors = [max(a, b) / min(a, b) for side in ("baseline", "candidate")
+               for a, b in zip(found[f"{side} ms from"], found[f"{side} ms to"], strict=True)
+               if math.isfinite(a) and math.isfinite(b) and min(a, b) > 0]
+    return max(factors, default=math.nan)
 
 
 def _first_line(text: str) -> str:
@@ -519,6 +660,12 @@ def runs_table(history: History) -> pd.DataFrame:
         **{"install (s)": history.runs["install_s"].round(1),
            "run (s)": history.runs["run_s"].round(1)})
     runs = runs.sort_values(["_sweep", "_release"], kind="stable")
+    if history.control is not None:  # the rebuild control's own run, last
+        control = {**history.control.run, "sweep": "control (held point again)",
+                   "error": _first_line(history.control.run["error"])}
+        runs = pd.concat([runs, pd.DataFrame([control]).assign(**{
+            "install (s)": round(float(control["install_s"]), 1),
+            "run (s)": round(float(control["run_s"]), 1)})], ignore_index=True)
     return runs[["sweep", "release", "python", "torch", "jax", "jaxlib", "flax", "optax",
                  "status", "error", "failed_workloads", "install (s)", "run (s)", "date"]
                 ].rename(columns={"failed_workloads": "failed workloads"}).set_index(
@@ -575,9 +722,10 @@ def _fori_sizes(history: History) -> list[int]:
 
 
 def _issue(build: dict) -> str:
-    return next((KNOWN_ISSUES[key] for key in ((name, _public(build["versions"][name]),
-                                                "correctness") for name in SWEEPS)
-                 if key in KNOWN_ISSUES), "")
+    """The upstream reports of a release's wrong result or its write loop's slowdown."""
+    return "; ".join(KNOWN_ISSUES[key] for key in (
+        (name, _public(build["versions"][name]), claim) for name in SWEEPS
+        for claim in ("correctness", FORI_CLAIM)) if key in KNOWN_ISSUES)
 
 
 def correctness(history: History) -> pd.DataFrame:
@@ -635,7 +783,8 @@ def plot_family(history: History, family: str):
     if family not in FAMILIES:
         raise ValueError(f"no family {family!r}; accepted: {', '.join(FAMILIES)}")
     ids = FAMILIES[family]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    # one y-axis for both panels: the held point, in both, sits at one height
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
     questions = []
     for ax, sweep in zip(axes, SWEEPS, strict=True):
         attempted = history.sweeps[sweep]
@@ -679,7 +828,7 @@ def plot_family(history: History, family: str):
         widest = max(float(p.bundle.build["tie_band"]) for p in attempted if p.measured)
         ax.set_ylim(min(frame["low"].min(), 1 / (1 + widest)) / 1.25,
                     max(frame["high"].max(), 1 + widest) * 1.25)
-        ax.yaxis.set_major_locator(LogLocator(base=2))  # halvings and doublings
+        ax.yaxis.set_major_locator(LogLocator(base=2, subs=(1.0, 1.5)))  # a label per ~1.4x
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
     drawn = dict(zip(*reversed(axes[0].get_legend_handles_labels()), strict=True))
@@ -690,6 +839,36 @@ def plot_family(history: History, family: str):
         fig.legend(list(drawn.values()), list(drawn), loc="upper center", ncol=2,
                    bbox_to_anchor=(0.5, 0.16))
         fig.subplots_adjust(bottom=0.36, top=0.86)
+    return fig
+
+
+def plot_fori(history: History):
+    """The fori_loop write's median (ms, log axis) at each loop length, per release of both
+    sweeps: a loop whose cost is linear in its length keeps its lines a constant factor
+    apart; a release that makes it quadratic lifts the longer loops more."""
+    import matplotlib.pyplot as plt
+
+    from deepdive.book import plots
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, sweep in zip(axes, SWEEPS, strict=True):
+        measured = [p for p in history.sweeps[sweep] if p.measured]
+        medians = {p.release: _metric(_records(p.bundle), _FORI_EXPERIMENT, "median")
+                   for p in measured}
+        for k, n in enumerate(_fori_sizes(history)):
+            ax.plot(range(len(measured)), [1e3 * medians[p.release].get(n, math.nan)
+                                           for p in measured],
+                    marker="osD^v"[k % 5], label=f"{n:,} iterations")
+        ax.set_xticks(range(len(measured)), [p.release for p in measured])
+        held = history.held[sweep]
+        ax.set_title(f"{sweep} releases" + (f", {_OTHER[sweep]} {held} held" if held else ""))
+        ax.set_xlabel(f"{sweep} release")
+        plots.log_axes(ax, x=False)
+    axes[0].set_ylabel("median per run of the loop (ms)")
+    axes[0].legend(loc="upper left")
+    fig.suptitle("the jitted fori_loop write x.at[i].set(x[i-1]*0.5+1.0)")
+    plots.caption(fig, _caption(history, ["fp32"]).split(" · ratio")[0]
+                  + " · median of each loop length's timed blocks")
     return fig
 
 
@@ -720,8 +899,9 @@ def _sweep_sentence(history: History, sweep: str) -> str:
             + (f" with {other} {held} held" if held else ""))
     shared = [p for p in attempted if p.run["sweep"] != sweep]
     if shared:
-        said += (f", its {shared[0].release} the {shared[0].run['sweep']} sweep's run of "
-                 f"{shared[0].run['sweep']} {shared[0].run['release']}")
+        said += (f", its {shared[0].release} point the {shared[0].run['sweep']} sweep's "
+                 f"{shared[0].run['release']} run (the held point, the book's own pins, shared "
+                 "by both sweeps)")
     failed = [p for p in attempted if p.run["status"] != "ok"]
     said += (f"; {len(failed)} failed: " + _and([
         f"{sweep} {p.release} ({p.run['status']}: {_first_line(p.run['error']) or 'no error text'})"
@@ -743,49 +923,192 @@ def runs_sentence(history: History) -> str:
               if p.measured]
     said = "; ".join(_sweep_sentence(history, s) for s in SWEEPS)
     said = said[0].upper() + said[1:]
+    if history.control is not None:
+        said += ("; the held point ran once more after both sweeps, the rebuild control (what "
+                 "two runs of the same releases differ by)")
     if builds:
         dates = sorted({b["date"] for b in builds})
         devices, scales = (_and(list(dict.fromkeys(b[k] for b in builds)))
                            for k in ("device", "scale"))
+        commits = _and([c.replace("+uncommitted", " (with uncommitted changes)")
+                        for c in dict.fromkeys(b["commit"] for b in builds)])
         said += (f". Each bundle was measured on {devices} at {scales} scale, "
-                 + (f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}"))
+                 + (f"on {dates[0]}" if len(dates) == 1 else f"from {dates[0]} to {dates[-1]}")
+                 + f", by the book's code at commit {commits}")
     return said + "."
 
 
+def _release_name(sweep: str, release: str) -> str:
+    return f"{sweep} {release}"
+
+
 def moves_sentence(history: History) -> str:
-    """How many claims moved between consecutive releases, by direction, and how many held
-    steady or stayed undecided."""
+    """How many claims moved between consecutive releases, how many of those further than
+    the rebuild control moved any claim without a release, how many held steady or stayed
+    undecided, and how many null tests (changes of claims both of whose sides the sweep
+    holds) moved."""
     found = changes(history)
     if found.empty:
         return ("No two consecutive releases of a sweep were both measured, so no change "
                 "between releases is decided yet.")
     counts = found["decision"].value_counts()
     moved = found[found["decision"] == "moved"]
-    ways = "; ".join(f"{label}: {n}" for label, n in moved["direction"].value_counts().items())
-    said = (f"Between consecutive releases, {counts.get('moved', 0)} of the "
-            f"{_count(len(found), 'claim change')} moved beyond the claim's band"
-            + (f" ({ways})" if ways else "")
-            + f", {counts.get('steady', 0)} held steady and {counts.get('undecided', 0)} "
-            "stayed undecided.")
+    clear, near = moved[moved["beyond control"]], moved[~moved["beyond control"]]
+
+    def named(rows) -> str:
+        return _and([f"{PLAIN.get(r['claim_id'], r['claim_id'])} ({r['sweep']} {r['from']} → "
+                     f"{r['to']})" for r in rows.to_dict("records")])
+
+    said = (f"Between consecutive releases, {counts.get('moved', 0)} of "
+            f"{_count(len(found), 'claim change')} moved beyond the claim's band")
+    reach = control_reach(history)
     control = control_changes(history)
-    if control.empty:
-        return said + " No second run of the held point is committed as a rebuild control."
-    again = control[control["decision"] == "moved"]["claim_id"].tolist()
-    held = history.control.run
-    both = list(dict.fromkeys(c for c in moved["claim_id"] if c in again))
-    said += (f" A second run of the held point (torch {held['torch']}, jax {held['jax']}), the "
-             f"rebuild control, moved {len(again)} of its {len(control)} claims against the first"
-             + (f" ({_and(again)})" if again else ""))
-    if not again:
-        return said + "."
-    return said + (": a claim can move that far without a release" + (
-        f", so the release moves of {_and(both)} are not evidence of a release." if both
-        else "; none of them moved between releases."))
+    if math.isfinite(reach):
+        again = control[control["decision"] == "moved"]["claim_id"].tolist()
+        said += (f" (a second run of the held point, the rebuild control, moved {len(again)} of "
+                 f"its {len(control)} claims" + (f": {_and([PLAIN.get(c, c) for c in again])}"
+                                                 if again else "")
+                 + f"; its largest move of any claim was ×{reach:.2f})")
+    if math.isfinite(reach) and len(moved):
+        said += (f": {len(clear)} further than that" + (f", {named(clear)}" if len(clear) else "")
+                 + (f"; {len(near)} no further, {named(near)}" if len(near) else ""))
+    elif len(moved):
+        said += (f" ({named(moved)}); no rebuild control is committed to say how far a claim "
+                 "moves without a release")
+    said += (f". {counts.get('steady', 0)} held steady and {counts.get('undecided', 0)} stayed "
+             "undecided: for those the sweep can say neither that they held nor that they moved.")
+    null = found[[_is_null(history, r) for r in found.to_dict("records")]]
+    if len(null):
+        said += (f" Of the {len(null)} changes of claims whose two sides both run the framework "
+                 f"a sweep holds (a release should move none), "
+                 f"{int((null['decision'] == 'moved').sum())} moved and "
+                 f"{int((null['decision'] == 'undecided').sum())} stayed undecided.")
+    return said
+
+
+def _is_null(history: History, row: dict) -> bool:
+    """Whether neither side of a change's claim runs the framework its sweep moves."""
+    claims_now = _claims_of(next(p for p in history.sweeps[row["sweep"]]
+                                 if p.release == row["to"]).bundle).set_index("claim_id")
+    if row["claim_id"] == FORI_CLAIM:
+        return row["sweep"] != "jax"
+    sides = {framework_of(claims_now.at[row["claim_id"], k]) for k in ("baseline", "candidate")}
+    return FRAMEWORKS[row["sweep"]] not in sides
+
+
+def _times(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _side_change(history: History, row: dict) -> tuple[str | None, float, float]:
+    """The swept side of a change's claim and its medians (ms) in the two releases' runs."""
+    claims_now = _claims_of(next(p for p in history.sweeps[row["sweep"]]
+                                 if p.release == row["to"]).bundle).set_index("claim_id")
+    base, cand = (claims_now.at[row["claim_id"], k] for k in ("baseline", "candidate"))
+    label = _swept_side(row["sweep"], row["claim_id"], base, cand)
+    side = "candidate" if label == cand else "baseline"
+    return label, row[f"{side} ms from"], row[f"{side} ms to"]
+
+
+def _how_much(was: float, now: float) -> str:
+    factor, way = (now / was, "slower") if now > was else (was / now, "faster")
+    return f"{_times(factor)}× {way}"
+
+
+def _told(moved: list[dict]) -> list[tuple[dict, str | None]]:
+    """The clear moves to tell, each with the release that undid it (None where none did);
+    a move that undid an earlier clear one is told with it, not again."""
+    told = []
+    for i, row in enumerate(moved):
+        if not row["beyond control"] or any(
+                r["to"] == row["from"] and r["claim_id"] == row["claim_id"]
+                and r["sweep"] == row["sweep"] and r["beyond control"] for r in moved[:i]):
+            continue
+        after = next((r for r in moved[i + 1:] if r["sweep"] == row["sweep"]
+                      and r["claim_id"] == row["claim_id"] and r["from"] == row["to"]
+                      and r["beyond control"] and r["direction"] != row["direction"]), None)
+        told.append((row, after["to"] if after else None))
+    return told
+
+
+def _move_note(history: History, row: dict, undone: str | None) -> str:
+    """One bullet of the upgrade notes: a release's clear move, the swept side's medians."""
+    label, was, now = _side_change(history, row)
+    said = (f"- **{row['sweep']} {row['to']}** (against {row['from']}): "
+            f"{PLAIN.get(row['claim_id'], row['claim_id'])}")
+    if label is not None and math.isfinite(was) and math.isfinite(now):
+        said += (f": `{label}` took {_ms(was / 1e3)} on {row['from']} and {_ms(now / 1e3)} on "
+                 f"{row['to']}, {_how_much(was, now)}")
+    said += (f" (ratio {_number(row['ratio from'])} → {_number(row['ratio to'])}, to / from "
+             f"{_number(row['change'])} [{_number(row['low'])}, {_number(row['high'])}])")
+    if undone:
+        said += f"; {row['sweep']} {undone} undid it"
+    if row["upstream"]:
+        said += f"; {row['upstream']}"
+    if row["claim_id"] in BOOK_CLAIM:
+        said += (f"; the same measurement as chapter 1's `{BOOK_CLAIM[row['claim_id']]}`, whose "
+                 "verdict flipped between the book's old and new pins")
+    return said + "."
+
+
+def upgrade_notes(history: History) -> str:
+    """The section's findings as Markdown bullets, release by release: every move clear of
+    the rebuild control (the swept side's medians, the ratio's change, what undid it, the
+    upstream report), every release that returned jax-ml/jax#39103's wrong result, and the
+    moves no further than the control's, with whether every run replicated them."""
+    if history.empty:
+        return "- " + _nothing(history)
+    found = changes(history)
+    moved = found[found["decision"] == "moved"].to_dict("records")
+    bullets = [_move_note(history, row, undone) for row, undone in _told(moved)]
+    bullets += [f"- {wrong_result_sentence(history)}"]
+    near = [r for r in moved if not r["beyond control"]]
+    reach = control_reach(history)
+    for row in near:
+        extra = ("; its swept side was beyond every run of the older release in every run of "
+                 f"the newer one by more than that ({row['swept side, every run']})"
+                 if replicated(history, row) else
+                 f"; every run's swept side: {row['swept side, every run']}"
+                 if row["swept side, every run"] else "")
+        bullets.append(
+            f"- Not counted: {PLAIN.get(row['claim_id'], row['claim_id'])} moved from "
+            f"{row['sweep']} {row['from']} to {row['to']} (to / from {_number(row['change'])} "
+            f"[{_number(row['low'])}, {_number(row['high'])}]), no further than a second run "
+            f"of the same releases moved a claim (×{reach:.2f}){extra}.")
+    if not math.isfinite(reach):
+        bullets.append("- No rebuild control is committed: these moves are not set against "
+                       "what a second run of the same releases moves.")
+    elif not any(r["beyond control"] for r in moved):
+        bullets.insert(0, "- No claim moved between consecutive releases further than a "
+                       "second run of the same releases moved one.")
+    return "\n".join(bullets)
+
+
+def headline_sentence(history: History) -> str:
+    """One sentence for the page's top box: the releases whose moves were clear of the
+    rebuild control, and the one that returned a wrong result."""
+    if history.empty:
+        return _nothing(history)
+    found = changes(history)
+    parts = []
+    for row, undone in _told(found[found["decision"] == "moved"].to_dict("records")):
+        label, was, now = _side_change(history, row)
+        how = (f" {_how_much(was, now)}" if math.isfinite(was) and math.isfinite(now) else "")
+        workload = _WORKLOAD_PLAIN.get(row["claim_id"].split("_")[1], "its workload")
+        what = (f"{PLAIN[FORI_CLAIM]} ({label}){how}" if row["claim_id"] == FORI_CLAIM
+                else f"{label}{how} on {workload}")
+        parts.append(f"{row['sweep']} {row['to']} made {what}"
+                     + (f", and {undone} undid it" if undone else ""))
+    parts += [f"jax {v} returned {ISSUE_39103}'s wrong result" for v in _wrong_releases(history)]
+    runs = len(_runs(history))
+    return (f"One release at a time ({_count(runs, 'run')} of one day): "
+            + ("; ".join(parts) if parts else "no release moved a claim further than a rerun "
+               "of the same releases did, and none returned a wrong result") + ".")
 
 
 def _ms(seconds: float) -> str:
     ms = 1e3 * seconds
-    return (f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 100 else f"{ms:.0f}") + " ms"
+    return (f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}") + " ms"
 
 
 def fori_sentence(history: History) -> str:
@@ -826,31 +1149,51 @@ def fori_sentence(history: History) -> str:
     return said + "."
 
 
+def _wrong_releases(history: History) -> list[str]:
+    """The jax versions whose run returned jit != eager on #39103's pattern, oldest first."""
+    wrong = {p.bundle.build["versions"]["jax"] for p in _runs(history)
+             if _jit_values(_records(p.bundle))[0] is False}
+    return sorted(wrong, key=Version)
+
+
 def wrong_result_sentence(history: History) -> str:
-    """Which runs returned jax-ml/jax#39103's wrong result (jit not equal to eager), with both
-    values, and how many returned the eager result; the held point, in both sweeps, counts
-    once."""
-    runs = {p.bundle.name: p for s in SWEEPS for p in history.sweeps[s] if p.measured}
-    readings = {name: _jit_values(_records(p.bundle)) for name, p in runs.items()}
-    if all(equal is None for equal, _, _ in readings.values()):
+    """Which jax releases returned jax-ml/jax#39103's wrong result (jit not equal to eager,
+    whose value is exact), with both values, and which returned eager's: each jax version
+    once, however many runs installed it."""
+    by_version: dict[str, tuple] = {}
+    for point in _runs(history):
+        equal, jit, eager = _jit_values(_records(point.bundle))
+        if equal is not None:
+            by_version.setdefault(point.bundle.build["versions"]["jax"], (equal, jit, eager))
+    if not by_version:
         return f"No release measured {ISSUE_39103}'s pattern."
-    wrong = [f"jax {runs[name].bundle.build['versions']['jax']} (jit {jit:.6g} against eager "
-             f"{eager:.6g}, in the {runs[name].run['sweep']} sweep's run of "
-             f"{runs[name].run['sweep']} {runs[name].run['release']})"
-             for name, (equal, jit, eager) in readings.items() if equal is False]
-    right = sum(equal is True for equal, _, _ in readings.values())
-    missing = sum(equal is None for equal, _, _ in readings.values())
-    said = (f"{ISSUE_39103}'s wrong result came back on {_and(wrong)}" if wrong
-            else f"No measured release returned {ISSUE_39103}'s wrong result")
-    said += f"; {_count(right, 'run')} returned the eager result"
-    return said + (f" and {missing} did not measure it." if missing else ".")
+    versions = sorted(by_version, key=Version)
+    wrong = [v for v in versions if by_version[v][0] is False]
+    right = [v for v in versions if by_version[v][0] is True]
+    pattern = (f"{ISSUE_39103}'s pattern, jax.jit(jax.vmap(lambda row: jnp.sum((m @ row) ** 2))) "
+               f"over {_fori_rows(history):,} float32 rows on the CPU")
+    if not wrong:
+        return f"Every jax release measured ({_and(right)}) returned eager's value on {pattern}."
+    said = "; ".join(f"jax {v} returned a wrong result under jit on {pattern}: "
+                     f"{by_version[v][1]:,.0f} against eager's {by_version[v][2]:,.0f}"
+                     for v in wrong)
+    return said + (f"; {_and(right)} returned eager's value" if right else "") + "."
+
+
+def _fori_rows(history: History) -> int:
+    """The row count #39103's pattern ran at (the records' size)."""
+    for point in _runs(history):
+        records = _records(point.bundle)
+        rows = records[records["experiment"] == ISSUE_39103]["size"]
+        if len(rows):
+            return int(rows.iloc[0])
+    return 0
 
 
 def summary_sentence(history: History) -> str:
-    """The section's summary for the page: what ran and failed (`runs_sentence`), what moved
-    (`moves_sentence`), the fori_loop write pattern's question (`fori_sentence`) and
-    jax-ml/jax#39103's (`wrong_result_sentence`); with nothing committed, how to make it."""
+    """The section's summary for the page: what ran and failed (`runs_sentence`) and what
+    moved (`moves_sentence`; the findings are `upgrade_notes`); with nothing committed, how
+    to make it."""
     if history.runs.empty:
         return _EMPTY
-    return " ".join([runs_sentence(history), moves_sentence(history), fori_sentence(history),
-                     wrong_result_sentence(history)])
+    return " ".join([runs_sentence(history), moves_sentence(history)])
