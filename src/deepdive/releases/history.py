@@ -460,8 +460,8 @@ def _every_run_text(history: History, row: dict) -> str:
 
 def replicated(history: History, row: dict) -> bool:
     """Whether every run of the newer release put the swept side beyond every run of the
-    older one by more than the control's reach (absolute times drift between runs of the
-    same releases), with more than one run on some side (one run each replicates nothing)."""
+    older one by more than absolute times drifted between two runs of the same releases
+    (`drift`), with more than one run on some side (one run each replicates nothing)."""
     claims_now = _claims_of(next(p for p in history.sweeps[row["sweep"]]
                                  if p.release == row["to"]).bundle).set_index("claim_id")
     label = _swept_side(row["sweep"], row["claim_id"], claims_now.at[row["claim_id"], "baseline"],
@@ -473,9 +473,9 @@ def replicated(history: History, row: dict) -> bool:
     if not was or not now or len(was) + len(now) < 3:
         return False
     # absolute times drift between runs of the same releases: the gap must exceed that
-    reach = control_reach(history)
-    reach = reach if math.isfinite(reach) else 1.0
-    return max(now) * reach < min(was) or min(now) > max(was) * reach
+    margin = drift(history)
+    margin = margin if math.isfinite(margin) else 1.0
+    return max(now) * margin < min(was) or min(now) > max(was) * margin
 
 
 def _side_ms(records: pd.DataFrame, claim_id: str, label: str) -> float:
@@ -585,6 +585,8 @@ def regressions(history: History) -> pd.DataFrame:
         f"{control.at[c, 'decision']}, {_number(control.at[c, 'change'])} "
         f"[{_number(control.at[c, 'low'])}, {_number(control.at[c, 'high'])}]"
         for c in shown["claim_id"]]
+    shown["direction"] = [d if counted else f"within rerun noise ({d})" for d, counted
+                          in zip(shown["direction"], shown["beyond control"], strict=True)]
     shown["further than the control moved any claim"] = (
         shown["beyond control"].map({True: "yes", False: "no"})
         if math.isfinite(control_reach(history)) else "no control committed")
@@ -612,6 +614,7 @@ def control_table(history: History) -> pd.DataFrame:
                     "The control shares no claim with the held point.")
     moved = found  # every claim: what a rerun moved, and how far its sides' times drifted
     return moved.assign(**{
+        "claim": moved["claim_id"].map(lambda c: PLAIN.get(c, c)),
         "ratio from": moved["ratio from"].map(_number), "ratio to": moved["ratio to"].map(_number),
         "to / from [95% interval]": [f"{_number(r)} [{_number(lo)}, {_number(hi)}]" for r, lo, hi
                                      in zip(moved["change"], moved["low"], moved["high"],
@@ -619,7 +622,7 @@ def control_table(history: History) -> pd.DataFrame:
         **{f"{side} (ms)": [_ms_pair(a, b) for a, b in zip(
             moved[f"{side} ms from"], moved[f"{side} ms to"], strict=True)]
            for side in ("baseline", "candidate")}})[
-        ["claim_id", "ratio from", "ratio to", "to / from [95% interval]", "decision",
+        ["claim_id", "claim", "ratio from", "ratio to", "to / from [95% interval]", "decision",
          "baseline (ms)", "candidate (ms)"]].rename(
         columns={"ratio from": "first run", "ratio to": "second run"}).set_index("claim_id")
 
@@ -704,7 +707,7 @@ def _jit_reading(records: pd.DataFrame) -> str:
     equal, jit, eager = _jit_values(records)
     if equal is None:
         return "not measured"
-    return "yes" if equal else f"no (jit {jit:.6g}, eager {eager:.6g})"
+    return "yes" if equal else f"no (jit {jit:,.0f}, eager {eager:,.0f})"
 
 
 def _fori_reading(records: pd.DataFrame) -> str:
@@ -785,7 +788,7 @@ def plot_family(history: History, family: str):
     ids = FAMILIES[family]
     # one y-axis for both panels: the held point, in both, sits at one height
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
-    questions = []
+    questions, limits = [], []
     for ax, sweep in zip(axes, SWEEPS, strict=True):
         attempted = history.sweeps[sweep]
         held = history.held[sweep]
@@ -826,8 +829,10 @@ def plot_family(history: History, family: str):
         plots.log_axes(ax, x=False)
         # room for the bands and a margin: a steady claim is not drawn as a cliff
         widest = max(float(p.bundle.build["tie_band"]) for p in attempted if p.measured)
-        ax.set_ylim(min(frame["low"].min(), 1 / (1 + widest)) / 1.25,
-                    max(frame["high"].max(), 1 + widest) * 1.25)
+        # one y-axis for both panels: the limits hold every point and interval of either
+        limits.append((min(frame["low"].min(), 1 / (1 + widest)) / 1.25,
+                       max(frame["high"].max(), 1 + widest) * 1.25))
+        ax.set_ylim(min(lo for lo, _ in limits), max(hi for _, hi in limits))
         ax.yaxis.set_major_locator(LogLocator(base=2, subs=(1.0, 1.5)))  # a label per ~1.4x
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
@@ -979,8 +984,8 @@ def moves_sentence(history: History) -> str:
              "undecided: for those the sweep can say neither that they held nor that they moved.")
     null = found[[_is_null(history, r) for r in found.to_dict("records")]]
     if len(null):
-        said += (f" Of the {len(null)} changes of claims whose two sides both run the framework "
-                 f"a sweep holds (a release should move none), "
+        said += (f" A sanity check: {len(null)} changes compare one framework with itself while "
+                 f"only the other framework's release changed, so none should move; "
                  f"{int((null['decision'] == 'moved').sum())} moved and "
                  f"{int((null['decision'] == 'undecided').sum())} stayed undecided.")
     return said
@@ -1035,12 +1040,13 @@ def _move_note(history: History, row: dict, undone: str | None) -> str:
     """One bullet of the upgrade notes: a release's clear move, the swept side's medians."""
     label, was, now = _side_change(history, row)
     said = (f"- **{row['sweep']} {row['to']}** (against {row['from']}): "
-            f"{PLAIN.get(row['claim_id'], row['claim_id'])}")
+            f"{_PLAIN_MD.get(row['claim_id'], PLAIN.get(row['claim_id'], row['claim_id']))}")
     if label is not None and math.isfinite(was) and math.isfinite(now):
-        said += (f": `{label}` took {_ms(was / 1e3)} on {row['from']} and {_ms(now / 1e3)} on "
-                 f"{row['to']}, {_how_much(was, now)}")
-    said += (f" (ratio {_number(row['ratio from'])} → {_number(row['ratio to'])}, to / from "
-             f"{_number(row['change'])} [{_number(row['low'])}, {_number(row['high'])}])")
+        said += (f": {label} took {_ms(was / 1e3)} on {row['from']} and {_ms(now / 1e3)} on "
+                 f"{row['to']}, {_how_much(was, now)}" + _other_lengths(history, row))
+    said += (f" (the claim's ratio went {_number(row['ratio from'])} → "
+             f"{_number(row['ratio to'])}, ×{_number(row['change'])} "
+             f"[{_number(row['low'])}, {_number(row['high'])}])")
     if undone:
         said += f"; {row['sweep']} {undone} undid it"
     if row["upstream"]:
@@ -1049,6 +1055,26 @@ def _move_note(history: History, row: dict, undone: str | None) -> str:
         said += (f"; the same measurement as chapter 1's `{BOOK_CLAIM[row['claim_id']]}`, whose "
                  "verdict flipped between the book's old and new pins")
     return said + "."
+
+
+_PLAIN_MD = {FORI_CLAIM: "the jitted fori_loop write `x.at[i].set(x[i-1]*0.5+1.0)`",
+             "release_dot_fori_vs_vmap": "dot products, a jitted `.at[].set` fori_loop against "
+                                         "`jax.jit(vmap)`"}
+
+
+def _other_lengths(history: History, row: dict) -> str:
+    """For the write loop: the same change at its shortest length (a loop whose cost grew
+    with the square of its length changed less there)."""
+    if row["claim_id"] != FORI_CLAIM:
+        return ""
+    runs = {p.release: _metric(_records(p.bundle), _FORI_EXPERIMENT, "median")
+            for p in history.sweeps[row["sweep"]] if p.measured}
+    was, now = runs.get(row["from"]), runs.get(row["to"])
+    if was is None or now is None or not len(was) or not len(now):
+        return ""
+    shortest = min(set(was.index) & set(now.index))
+    return (f" at that length, {_how_much(was[shortest], now[shortest])} at {int(shortest):,} "
+            "iterations")
 
 
 def upgrade_notes(history: History) -> str:
@@ -1065,16 +1091,18 @@ def upgrade_notes(history: History) -> str:
     near = [r for r in moved if not r["beyond control"]]
     reach = control_reach(history)
     for row in near:
-        extra = ("; its swept side was beyond every run of the older release in every run of "
-                 f"the newer one by more than that ({row['swept side, every run']})"
-                 if replicated(history, row) else
-                 f"; every run's swept side: {row['swept side, every run']}"
-                 if row["swept side, every run"] else "")
+        inner = min(max(row["low"], 1 / row["low"]), max(row["high"], 1 / row["high"]))
+        extra = (f"; {row['swept side, every run']}, "
+                 + ("apart by more than absolute times drift between two runs of the same "
+                    "releases" if replicated(history, row) else "not apart by more than "
+                    f"absolute times drift between two runs of the same releases "
+                    f"({drift_text(history)})") if row["swept side, every run"] else "")
         bullets.append(
-            f"- Not counted: {PLAIN.get(row['claim_id'], row['claim_id'])} moved from "
-            f"{row['sweep']} {row['from']} to {row['to']} (to / from {_number(row['change'])} "
-            f"[{_number(row['low'])}, {_number(row['high'])}]), no further than a second run "
-            f"of the same releases moved a claim (×{reach:.2f}){extra}.")
+            f"- Not counted: {PLAIN.get(row['claim_id'], row['claim_id'])} changed from "
+            f"{row['sweep']} {row['from']} to {row['to']} by ×{_number(row['change'])}, but its "
+            f"95% interval [{_number(row['low'])}, {_number(row['high'])}] reaches only "
+            f"×{inner:.2f}, inside the ×{reach:.2f} a second run of the same releases moved a "
+            f"claim{extra}.")
     if not math.isfinite(reach):
         bullets.append("- No rebuild control is committed: these moves are not set against "
                        "what a second run of the same releases moves.")
@@ -1099,9 +1127,20 @@ def headline_sentence(history: History) -> str:
                 else f"{label}{how} on {workload}")
         parts.append(f"{row['sweep']} {row['to']} made {what}"
                      + (f", and {undone} undid it" if undone else ""))
-    parts += [f"jax {v} returned {ISSUE_39103}'s wrong result" for v in _wrong_releases(history)]
-    runs = len(_runs(history))
-    return (f"One release at a time ({_count(runs, 'run')} of one day): "
+    wrong = _wrong_releases(history)
+    parts += [f"jax {v} returned a wrong result under jit ({ISSUE_39103})" for v in wrong]
+    for sweep in SWEEPS:
+        measured = [p.release for p in history.sweeps[sweep] if p.measured]
+        told = found[(found["sweep"] == sweep) & (found["decision"] == "moved")
+                     & found["beyond control"]]
+        if len(measured) > 1 and told.empty:
+            parts.append(f"no {sweep} release from {measured[0]} to {measured[-1]} moved a "
+                         "measured claim further than a rerun of the same releases did")
+    runs = _runs(history)
+    claims_measured = len({c for p in runs for c in _claims_of(p.bundle)["claim_id"]})
+    scope = (f"{_count(len(runs), 'run')} on {runs[0].bundle.build['device']}, "
+             f"{runs[0].bundle.build['scale']} sizes, {_count(claims_measured, 'claim')}")
+    return (f"One release at a time ({scope}): "
             + ("; ".join(parts) if parts else "no release moved a claim further than a rerun "
                "of the same releases did, and none returned a wrong result") + ".")
 
