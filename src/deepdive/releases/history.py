@@ -36,7 +36,7 @@ from deepdive.releases.matrix import CONTROL_FOLDER, RUN_COLUMNS, STATUSES, SWEE
 __all__ = ["BOOK_CLAIM", "CHAPTER", "FAMILIES", "FORI_CLAIM", "FRAMEWORKS", "ISSUE_39103",
            "KNOWN_ISSUES", "PLAIN", "RUNS_FILE", "History", "Point", "changes", "control_changes",
            "control_reach", "control_table", "correctness", "direction", "drift", "drift_text",
-           "fori_sentence", "framework_of", "headline_sentence", "load", "moves_sentence",
+           "framework_of", "headline_sentence", "load", "moves_sentence",
            "plot_family", "plot_fori", "points", "regressions", "replicated", "runs_sentence",
            "runs_table", "side_everywhere", "summary_sentence", "upgrade_notes",
            "wrong_result_sentence"]
@@ -943,10 +943,6 @@ def runs_sentence(history: History) -> str:
     return said + "."
 
 
-def _release_name(sweep: str, release: str) -> str:
-    return f"{sweep} {release}"
-
-
 def moves_sentence(history: History) -> str:
     """How many claims moved between consecutive releases, how many of those further than
     the rebuild control moved any claim without a release, how many held steady or stayed
@@ -1148,44 +1144,6 @@ def headline_sentence(history: History) -> str:
 def _ms(seconds: float) -> str:
     ms = 1e3 * seconds
     return (f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}") + " ms"
-
-
-def fori_sentence(history: History) -> str:
-    """Whether the jitted fori_loop write pattern slowed down in the jax releases
-    `KNOWN_ISSUES` suspects: its longest loop's median on each jax release measured, and
-    the change of its one-long-run-against-several-short-runs claim into each suspect."""
-    measured = [p for p in history.sweeps["jax"] if p.measured]
-    medians = {p.release: _metric(_records(p.bundle), _FORI_EXPERIMENT, "median")
-               for p in measured}
-    longest = max((int(n) for m in medians.values() for n in m.index), default=None)
-    if longest is None:
-        return "No jax release measured the fori_loop write pattern."
-    held = history.held["jax"]
-    timed = [f"{_ms(m[longest])} on {r}" for r, m in medians.items() if longest in m.index]
-    said = (f"The fori_loop write pattern's {longest:,}-iteration median was {_and(timed)}"
-            + (f" (jax releases, torch {held} held)" if held else " (jax releases)"))
-    found = changes(history)
-    fori = found[(found["sweep"] == "jax") & (found["claim_id"] == FORI_CLAIM)]
-    for release in dict.fromkeys(r for (package, r, claim_id) in KNOWN_ISSUES
-                                 if package == "jax" and claim_id == FORI_CLAIM):
-        into = fori[fori["to"] == release]
-        attempt = next((p for p in history.sweeps["jax"] if p.release == release), None)
-        if len(into):
-            row = into.iloc[0]
-            said += (f"; from jax {row['from']} to {release} the claim that one long run costs "
-                     f"what several short ones do went from {_number(row['ratio from'])} to "
-                     f"{_number(row['ratio to'])} (to / from {_number(row['change'])} "
-                     f"[{_number(row['low'])}, {_number(row['high'])}]): "
-                     + (f"moved, a {row['direction']}" if row["decision"] == "moved"
-                        else "held steady" if row["decision"] == "steady" else "undecided"))
-        elif attempt is None:
-            said += f"; jax {release} was not run"
-        elif not attempt.measured:
-            said += f"; jax {release} was not measured ({attempt.run['status']})"
-        else:
-            said += (f"; jax {release} has no fori claim beside an earlier release's to "
-                     "compare it with")
-    return said + "."
 
 
 def _wrong_releases(history: History) -> list[str]:
