@@ -12,14 +12,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deepdive.book.plan import PROCESS_START_S, Call, Plan, Target, Work, alike, compile_seconds
+from deepdive.book.plan import (
+    BUDGET_S,
+    CELL_TIMEOUT_S,
+    PROCESS_START_S,
+    Call,
+    Plan,
+    Target,
+    Work,
+    alike,
+    compile_seconds,
+)
 from deepdive.core import env, flops
 
 __all__ = [
-    "BUDGET_S_OF", "CHAPTERS", "DistributedSizes", "F32", "GPTSizes", "GPTWorkload", "JitSizes",
-    "OTHER_S",
+    "BUDGET_S_OF", "CHAPTERS", "DistributedSizes", "F32", "GPTSizes", "GPTWorkload", "HANG_FACTOR",
+    "JitSizes", "OTHER_S",
     "READER_GPUS", "SIZES", "ViTSizes", "VmapSizes", "gpt_activation_bytes", "gpt_step_flops",
-    "gpt_twin_modes", "main", "plan", "sizes", "vit_activation_bytes", "vit_modes",
+    "gpt_twin_modes", "hang_limit_s", "main", "plan", "sizes", "vit_activation_bytes", "vit_modes",
     "vit_step_flops",
 ]
 
@@ -222,6 +232,24 @@ def sizes(chapter: str, scale: str | None = None):
     if scale not in env.SCALES:
         raise ValueError(f"scale {scale!r} is not one of {', '.join(env.SCALES)}")
     return SIZES[chapter][scale]
+
+
+# A cell still running at twice its whole chapter's budget is hung, not slow: the build ends
+# its kernel and logs every thread's stack (`deepdive.core.watchdog`) rather than wait out
+# the hour-long cell timeout, which at small scale would take most of CI's time.
+HANG_FACTOR = 2.0
+
+
+def hang_limit_s(chapter: str, scale: str | None = None) -> float | None:
+    """Seconds after which one of the chapter's cells counts as hung at `scale`: twice the
+    chapter's budget, at most the cell timeout; None where the scale has no budget (full)."""
+    if chapter not in SIZES:
+        raise KeyError(f"chapter {chapter!r} has no sizes; known: {', '.join(SIZES)}")
+    scale = scale or env.scale()
+    if scale not in env.SCALES:
+        raise ValueError(f"scale {scale!r} is not one of {', '.join(env.SCALES)}")
+    budget = BUDGET_S_OF.get((chapter, scale), BUDGET_S[scale])
+    return None if budget is None else min(HANG_FACTOR * budget, CELL_TIMEOUT_S)
 
 
 def plan(chapter: str, scale: str, target: Target, host: Target | None = None) -> Plan:

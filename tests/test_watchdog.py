@@ -1,0 +1,112 @@
+"""deepdive.core.watchdog: a hung cell ends the build's kernel with its stack, in minutes."""
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deepdive.book import plan, plans
+from deepdive.core import watchdog
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+class Events:
+    def __init__(self):
+        self.callbacks = {}
+
+    def register(self, event, fn):
+        self.callbacks.setdefault(event, []).append(fn)
+
+    def unregister(self, event, fn):
+        self.callbacks[event].remove(fn)
+
+
+class Shell:
+    def __init__(self):
+        self.events = Events()
+
+
+@pytest.fixture
+def shell(monkeypatch):
+    monkeypatch.setenv("DEEPDIVE_BUILD", "1")
+    made = Shell()
+    yield made
+    watchdog.guard_cells(None, made)  # disarm: nothing may outlive the test
+
+
+def test_the_build_arms_one_guard_per_cell_and_a_second_call_replaces_the_first(shell):
+    assert watchdog.guard_cells(60, shell)
+    assert watchdog.guard_cells(90, shell)
+    assert {event: len(fns) for event, fns in shell.events.callbacks.items()} == {
+        "pre_run_cell": 1, "post_run_cell": 1}
+
+
+def test_outside_the_build_or_without_a_limit_nothing_is_armed(shell, monkeypatch):
+    assert not watchdog.guard_cells(None, shell)
+    monkeypatch.delenv("DEEPDIVE_BUILD")
+    assert not watchdog.guard_cells(60, shell)
+    assert not any(shell.events.callbacks.values())
+
+
+@pytest.mark.parametrize("limit", [0, -5, float("nan"), float("inf"), "60", True])
+def test_a_limit_that_is_not_a_positive_number_of_seconds_is_refused(shell, limit):
+    with pytest.raises(ValueError, match="positive number of seconds or None"):
+        watchdog.guard_cells(limit, shell)
+
+
+RUN_CELL = """
+import os, sys, time
+os.environ["DEEPDIVE_BUILD"] = "1"
+sys.path.insert(0, {src!r})
+from IPython.core.interactiveshell import InteractiveShell
+from deepdive.core import watchdog
+shell = InteractiveShell.instance()
+assert watchdog.guard_cells(1.5, shell)
+shell.run_cell("import time\\ndef wait_forever():\\n    time.sleep({seconds})\\nwait_forever()")
+time.sleep(2)  # past the limit: a guard left armed would end this process now
+print("the kernel lived on")
+"""
+
+
+def run_cell(seconds: float) -> subprocess.CompletedProcess:
+    src = str(Path(watchdog.__file__).resolve().parents[2])
+    return subprocess.run([sys.executable, "-c", RUN_CELL.format(src=src, seconds=seconds)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_cell_past_its_limit_ends_the_kernel_and_logs_where_it_hung():
+    start = time.perf_counter()
+    done = run_cell(60)
+    assert time.perf_counter() - start < 30  # not the cell's 60 s
+    assert done.returncode != 0 and "the kernel lived on" not in done.stdout
+    assert "Timeout (0:00:01.500000)!" in done.stderr
+    assert re.search(r'File "<ipython-input-\d+-[0-9a-f]+>", line 3 in wait_forever', done.stderr)
+
+
+def test_a_cell_that_ends_in_time_disarms_the_guard():
+    done = run_cell(0.1)
+    assert done.returncode == 0, done.stderr
+    assert "the kernel lived on" in done.stdout and "Timeout" not in done.stderr
+
+
+def test_a_hung_cell_is_one_that_runs_past_twice_its_chapters_budget():
+    for chapter in plans.CHAPTERS:
+        for scale in ("small", "medium"):
+            budget = plans.BUDGET_S_OF.get((chapter, scale), plan.BUDGET_S[scale])
+            assert plans.hang_limit_s(chapter, scale) == min(2 * budget, plan.CELL_TIMEOUT_S)
+        assert plans.hang_limit_s(chapter, "full") is None  # no budget: the cell timeout
+    assert plans.hang_limit_s("04_gpt_training", "small") == 2 * 360
+    with pytest.raises(KeyError, match="known: 01_vmap"):
+        plans.hang_limit_s("08_nothing", "small")
+    with pytest.raises(ValueError, match="not one of small"):
+        plans.hang_limit_s("01_vmap", "huge")
+
+
+@pytest.mark.parametrize("chapter", plans.CHAPTERS)
+def test_every_chapter_arms_the_guard_with_its_own_budget(chapter):
+    source = (NOTEBOOKS / f"{chapter}.md").read_text()
+    assert re.search(rf'watchdog\.guard_cells\(plans\.hang_limit_s\("{chapter}"', source)
