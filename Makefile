@@ -53,12 +53,14 @@ runtime-env: $(RUNTIME_STAMP)
 xla-env: $(XLA_STAMP)
 
 $(STAMP): requirements.txt requirements-runtime.txt pyproject.toml
+	@date -u +"[make %T UTC] installing $(VENV)"
 	$(VENV_FOR_PYTHON) $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
 $(RUNTIME_STAMP): requirements-runtime.txt pyproject.toml requirements.txt
+	@date -u +"[make %T UTC] installing $(RUNTIME_VENV)"
 	$(VENV_FOR_PYTHON) $(RUNTIME_VENV)
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet -r requirements-runtime.txt "$(IPYKERNEL)"
@@ -66,6 +68,7 @@ $(RUNTIME_STAMP): requirements-runtime.txt pyproject.toml requirements.txt
 
 # Rebuilt when requirements-xla.txt changes; pip moves what differs to its pin.
 $(XLA_STAMP): requirements-xla.txt
+	@date -u +"[make %T UTC] installing $(XLA_VENV)"
 	$(VENV_FOR_PYTHON) $(XLA_VENV)
 	$(XLA_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(XLA_VENV)/bin/python -m pip install --quiet -r requirements-xla.txt
@@ -74,10 +77,12 @@ $(XLA_STAMP): requirements-xla.txt
 # DEEPDIVE_BUILD=1 keeps progress bars out of the executed pages. The build first measures,
 # once, what every page reads: its tie band and the CPU's peak (deepdive.book.calibration).
 book: $(STAMP) $(XLA_ENV_IF_WANTED)
+	@date -u +"[make %T UTC] environments ready; calibrating, then building the book"
 	DEEPDIVE_BUILD=1 $(BIN)/python -m deepdive.book.calibration
 	DEEPDIVE_BUILD=1 $(BIN)/jupyter-book build . -W --keep-going
 
 test: book $(RUNTIME_STAMP)
+	@date -u +"[make %T UTC] book built; checking and testing"
 	$(BIN)/ruff check src tests notebooks
 	$(BIN)/python -m pytest
 

@@ -17,6 +17,7 @@ import faulthandler
 import math
 import os
 import sys
+import time
 
 __all__ = ["guard_cells"]
 
@@ -53,8 +54,10 @@ def guard_cells(limit_s: float | None, shell=None) -> bool:
     shell.events.register("pre_run_cell", arm)
     shell.events.register("post_run_cell", disarm)
     _armed.update(shell=shell, pre_run_cell=arm, post_run_cell=disarm)
-    print(f"[deepdive] a cell still running after {limit_s:.0f} s ends this kernel and writes "
-          "every thread's stack here (deepdive.core.watchdog)", file=stream, flush=True)
+    now = time.strftime("%H:%M:%S", time.gmtime())  # the log has no clock of its own
+    print(f"[deepdive {now} UTC] a cell still running after {limit_s:.0f} s ends this kernel "
+          "and writes every thread's stack here (deepdive.core.watchdog)", file=stream,
+          flush=True)
     return True
 
 
