@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 
-from deepdive.core.sync import block
+from deepdive.core.sync import block, pace
 from deepdive.core.timing import measure
 
 
@@ -94,3 +94,31 @@ def test_measure_with_a_broken_sync_times_dispatch_not_work(x, broken_sync):
     block(pending)
 
     assert unsynced.median < 0.2 * synced.median
+
+
+class Pending:
+    """Stands for a JAX array: records that it was waited for."""
+
+    def __init__(self):
+        self.waited = 0
+
+    def block_until_ready(self):
+        self.waited += 1
+        return self
+
+
+@pytest.mark.parametrize("wrap", [lambda v: v[0], list, tuple,
+                                  lambda v: [v[0], (v[1],)], lambda v: {"a": list(v)}])
+def test_pace_waits_for_every_jax_value_flat_or_nested(wrap):
+    pending = [Pending(), Pending()]
+    value = wrap(pending)
+    pace(value)
+    assert all(p.waited == 1 for p in pending if p in jax.tree.leaves(value))
+
+
+def test_pace_on_a_flat_list_of_torch_tensors_costs_less_than_jaxs_pytree_walk():
+    """Inductor's call() returns a list: a microsecond call must not pay as much again."""
+    from deepdive.core.timing import harness_cost
+
+    tensors, nested = [torch.ones(16)], [[torch.ones(16)]]
+    assert harness_cost(tensors) < 0.5 * harness_cost(nested)
