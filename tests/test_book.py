@@ -305,7 +305,8 @@ def test_chapter_6_runs_within_a_minute():
 @pytest.mark.parametrize("chapter", plans.CHAPTERS)
 def test_a_chapters_plan_on_this_cpu_is_within_a_factor_of_two_of_its_run_time(chapter):
     """The plan's estimate is a model; on the one device this build can run, it must land
-    near the page's real execution time (and the page within its small budget)."""
+    near the page's real execution time, and the page within its small budget on a quiet
+    machine: a busy host may stretch it by `plan.HOST_NOISE`, no further."""
     ran = execution_seconds().get(f"notebooks/{chapter}")
     if ran is None:
         pytest.skip(f"{chapter} came from the execution cache in this build")
@@ -313,7 +314,9 @@ def test_a_chapters_plan_on_this_cpu_is_within_a_factor_of_two_of_its_run_time(c
     estimated = planned.seconds()
 
     print(f"{chapter}: planned {estimated:.0f} s, ran {ran:.0f} s")
-    assert ran <= planned.budget_s
+    assert ran <= plan.HOST_NOISE * planned.budget_s, (
+        f"{chapter} ran {ran:.0f} s, over its {planned.budget_s:.0f} s budget by more than a "
+        f"busy host explains (x{plan.HOST_NOISE})")
     assert 0.5 <= estimated / ran <= 2.0
 
 

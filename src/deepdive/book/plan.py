@@ -22,9 +22,9 @@ from deepdive.core.env import SCALES
 from deepdive.core.timing import BLOCKS, MIN_BLOCK_S
 
 __all__ = ["BUDGET_S", "CELL_HEADROOM", "CELL_TIMEOUT_S", "COMPILE_S", "CPU_BANDWIDTH_PER_THREAD",
-           "CPU_FLOPS_PER_THREAD", "DISPATCH_S", "EFFICIENCY", "MEMORY_HEADROOM", "PROCESS_START_S",
-           "Call", "Plan", "PlanDoesNotFit", "Target", "Work", "alike", "compile_seconds",
-           "cpu_target", "gpu_target", "host_target", "this_target"]
+           "CPU_FLOPS_PER_THREAD", "DISPATCH_S", "EFFICIENCY", "HOST_NOISE", "MEMORY_HEADROOM",
+           "PROCESS_START_S", "Call", "Plan", "PlanDoesNotFit", "Target", "Work", "alike",
+           "compile_seconds", "cpu_target", "gpu_target", "host_target", "this_target"]
 
 # Assumptions, stated on every printed plan. The share of peak FLOP/s and bandwidth a step
 # or a large kernel reaches: on a GPU 0.2, near the low end of the MFU the PyTorch 2.0
@@ -53,6 +53,12 @@ COMPILE_S = {
 PROCESS_START_S = {"cpu": 3.0, "cuda": 10.0}
 # What a scale's chapter may take in all (DESIGN.md, Scale); `full` is bounded per cell.
 BUDGET_S = {"small": 180.0, "medium": 600.0, "full": None}
+# How far past its budget a page's measured run time may land before the build fails: the
+# budget is a quiet machine's, and a shared 2-core host runs the same page slower for
+# reasons of its own. Two builds of one commit moved their medians within 0.96-1.14x
+# (5-95%) when quiet and up to 1.76x under load; one clean-clone build (2026-11-28) ran
+# the ViT page in 192 s against 130 s the build before, on the same machine and commit.
+HOST_NOISE = 1.25
 CELL_TIMEOUT_S = 3600.0  # _config.yml execute.timeout (a test keeps them equal)
 CELL_HEADROOM = 0.75  # a cell's estimate may use this share of the timeout: estimates err
 MEMORY_HEADROOM = 0.85  # of the device's memory: CUDA context, allocator fragmentation
