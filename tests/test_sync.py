@@ -107,13 +107,17 @@ class Pending:
         return self
 
 
-@pytest.mark.parametrize("wrap", [lambda v: v[0], list, tuple,
-                                  lambda v: [v[0], (v[1],)], lambda v: {"a": list(v)}])
+@pytest.mark.parametrize("wrap", [
+    lambda a, b: a,  # one value
+    lambda a, b: [a, b], lambda a, b: (a, b, None, 3.0),  # flat: waited item by item
+    lambda a, b: [a, (b,)], lambda a, b: {"a": [a, b]},  # nested: jax's tree walk
+    lambda a, b: [a, torch.ones(2), {"state": b}]])  # a flat list holding a mapping
 def test_pace_waits_for_every_jax_value_flat_or_nested(wrap):
-    pending = [Pending(), Pending()]
-    value = wrap(pending)
+    a, b = Pending(), Pending()
+    value = wrap(a, b)
     pace(value)
-    assert all(p.waited == 1 for p in pending if p in jax.tree.leaves(value))
+    assert a.waited == 1
+    assert b.waited == (0 if value is a else 1)
 
 
 def test_pace_on_a_flat_list_of_torch_tensors_costs_less_than_jaxs_pytree_walk():

@@ -1,5 +1,7 @@
 """deepdive.core.watchdog: a hung cell ends the build's kernel with its stack, in minutes."""
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -110,3 +112,48 @@ def test_a_hung_cell_is_one_that_runs_past_twice_its_chapters_small_budget():
 def test_every_chapter_arms_the_guard_with_its_own_budget(chapter):
     source = (NOTEBOOKS / f"{chapter}.md").read_text()
     assert re.search(rf'watchdog\.guard_cells\(plans\.hang_limit_s\("{chapter}"', source)
+
+
+def test_in_a_jupyter_kernel_the_stack_reaches_the_real_stderr_and_nothing_the_page(tmp_path):
+    """ipykernel pipes descriptor 2 into the page through a Python thread, which a main
+    thread stuck holding the interpreter lock never lets run (here a regex that backtracks
+    for minutes): the guard writes to the kernel's real stderr instead."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    spec = tmp_path / "kernels" / "guarded"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "guarded", "language": "python"}))
+    src = str(Path(watchdog.__file__).resolve().parents[2])
+    env = {**os.environ, "DEEPDIVE_BUILD": "1", "PYTHONPATH": src}
+    manager = KernelManager(kernel_name="guarded", kernel_spec_manager=KernelSpecManager(
+        kernel_dirs=[str(tmp_path / "kernels")]))
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        manager.start_kernel(env=env, stderr=stderr)
+    client = manager.client()
+    client.start_channels()
+    streams = []
+    try:
+        client.wait_for_ready(timeout=60)
+        client.execute("from deepdive.core import watchdog\nassert watchdog.guard_cells(1.5)")
+        client.execute("import re\ndef hold_the_lock():\n"
+                       "    return re.match(r'(a+)+$', 'a' * 40 + 'b')\nhold_the_lock()")
+        deadline = time.monotonic() + 30
+        while manager.is_alive() and time.monotonic() < deadline:
+            try:
+                message = client.get_iopub_msg(timeout=0.2)
+            except Exception:  # queue.Empty: nothing yet
+                continue
+            if message["msg_type"] == "stream":
+                streams.append(message["content"]["text"])
+        assert not manager.is_alive(), "the guard did not end the hung kernel"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    log = (tmp_path / "stderr.txt").read_text()
+    assert "a cell still running after 2 s ends this kernel" in log
+    assert "Timeout (0:00:01.500000)!" in log
+    assert re.search(r"line 3 in hold_the_lock", log), log[-2000:]
+    assert not [text for text in streams if "deepdive" in text or "Timeout" in text], streams

@@ -246,11 +246,8 @@ GUARDED_SCALES = ("small",)
 def hang_limit_s(chapter: str, scale: str | None = None) -> float | None:
     """Seconds after which one of the chapter's cells counts as hung at `scale`: twice the
     chapter's budget at small; None (the cell timeout alone) at medium and full."""
-    if chapter not in SIZES:
-        raise KeyError(f"chapter {chapter!r} has no sizes; known: {', '.join(SIZES)}")
     scale = scale or env.scale()
-    if scale not in env.SCALES:
-        raise ValueError(f"scale {scale!r} is not one of {', '.join(env.SCALES)}")
+    sizes(chapter, scale)  # refuses an unknown chapter or scale, naming the known ones
     if scale not in GUARDED_SCALES:
         return None
     budget = BUDGET_S_OF.get((chapter, scale), BUDGET_S[scale])

@@ -8,18 +8,22 @@ kernel's own stderr (the build's log) and the kernel exits, so the page fails at
 the log shows where it hung. `faulthandler` dumps from a C thread, so it fires even when the
 main thread is stuck inside a framework's native code and never returns to Python.
 
+It sees the kernel's threads only: where a cell waits on processes it started (chapter 6's
+ranks, the PyTorch/XLA worker), the stack shows the wait, not what the child was doing.
+
 Only the book's build arms it (`DEEPDIVE_BUILD=1`): a reader's kernel is never ended for
 them.
 """
 from __future__ import annotations
 
 import faulthandler
+import io
 import math
 import os
 import sys
 import time
 
-__all__ = ["guard_cells"]
+__all__ = ["guard_cells", "log_descriptor"]
 
 _armed: dict[str, object] = {}  # the callbacks registered by the last call, to replace them
 
@@ -28,7 +32,7 @@ def guard_cells(limit_s: float | None, shell=None) -> bool:
     """End this kernel, with every thread's stack on stderr, when a cell runs past `limit_s`.
 
     Returns whether the guard is armed: not outside the build (`DEEPDIVE_BUILD` unset), with
-    no limit (`None`: the scale has no budget), or outside IPython. Calling it again
+    no limit (`None`: the scale is not guarded), or outside IPython. Calling it again
     replaces the previous guard.
     """
     if limit_s is not None and (isinstance(limit_s, bool) or not isinstance(limit_s, int | float)
@@ -40,13 +44,13 @@ def guard_cells(limit_s: float | None, shell=None) -> bool:
         except ImportError:
             return False
         shell = get_ipython()
-    _disarm_previous(shell)
+    _disarm_previous()
     if limit_s is None or os.environ.get("DEEPDIVE_BUILD") != "1" or shell is None:
         return False
-    stream = sys.__stderr__  # the kernel's real stderr: the build's log, not the page
+    log = log_descriptor()
 
-    def arm(*_):
-        faulthandler.dump_traceback_later(limit_s, exit=True, file=stream)
+    def arm(*_):  # IPython passes the cell's info; the limit is the same for every cell
+        faulthandler.dump_traceback_later(limit_s, exit=True, file=log)
 
     def disarm(*_):
         faulthandler.cancel_dump_traceback_later()
@@ -54,14 +58,28 @@ def guard_cells(limit_s: float | None, shell=None) -> bool:
     shell.events.register("pre_run_cell", arm)
     shell.events.register("post_run_cell", disarm)
     _armed.update(shell=shell, pre_run_cell=arm, post_run_cell=disarm)
-    now = time.strftime("%H:%M:%S", time.gmtime())  # the log has no clock of its own
-    print(f"[deepdive {now} UTC] a cell still running after {limit_s:.0f} s ends this kernel "
-          "and writes every thread's stack here (deepdive.core.watchdog)", file=stream,
-          flush=True)
+    now = time.strftime("%H:%M:%S", time.gmtime())  # the build's log has no clock of its own
+    os.write(log, f"[deepdive {now} UTC] a cell still running after {limit_s:.0f} s ends this "
+                  "kernel and writes every thread's stack here (deepdive.core.watchdog)\n"
+             .encode())
     return True
 
 
-def _disarm_previous(shell) -> None:
+def log_descriptor() -> int:
+    """The file descriptor of the process's own stderr, which the build logs.
+
+    In a Jupyter kernel, descriptor 2 is a pipe that a Python thread copies into the page:
+    a dump written there would be cut short by the kernel's exit (or never copied, with the
+    main thread stuck holding the interpreter lock), and the armed message would land on
+    the page. ipykernel's `sys.stderr.fileno()` is its copy of the original stderr.
+    """
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return sys.__stderr__.fileno()
+
+
+def _disarm_previous() -> None:
     if _armed.get("shell") is not None:
         for event in ("pre_run_cell", "post_run_cell"):
             try:
