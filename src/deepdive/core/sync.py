@@ -57,7 +57,7 @@ def pace(x) -> None:
     if wait is not None:
         wait()
     elif isinstance(x, (list, tuple)) and all(_is_leaf(item) for item in x):
-        # A flat sequence of arrays, tensors and numbers (Inductor's call() returns a list)
+        # A flat sequence of arrays, tensors and numbers (a compiled function's outputs)
         # is waited on item by item: jax's pytree walk costs about 1.4 us, as much as the
         # shortest calls the book times, and the timer would take out half of what it
         # measured. Anything else in it (a dict, an nnx.State) gets the walk.
