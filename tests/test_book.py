@@ -15,7 +15,7 @@ import pytest
 import yaml
 from bs4 import BeautifulSoup
 
-from deepdive.book import plan, plans
+from deepdive.book import plans
 
 ALL_FOUND = ("The results of every measuring page (every chapter before this one, with the "
              "PyTorch/XLA page) were found.")
@@ -257,8 +257,8 @@ def test_claims_csv_holds_every_required_column_and_the_claim_chapters():
 @pytest.mark.parametrize("chapter", VERDICT_CHAPTERS)
 def test_every_claim_reads_on_its_page_as_the_file_says(chapter):
     """The box and the summary table show each claim's verdict, recomputed from claims.csv
-    with the one rule: the page cannot say what the file does not."""
-    from deepdive.book.claims import describe, reread_verdict
+    with the one rule, in the book's one form: the page cannot say what the file does not."""
+    from deepdive.book.claims import reread_verdict, verdict_phrase
 
     soup = page(f"notebooks/{chapter}")
     # Sphinx's smart quotes turn a question's apostrophe into a curly one in the box.
@@ -271,9 +271,88 @@ def test_every_claim_reads_on_its_page_as_the_file_says(chapter):
     for _, claim in claims.iterrows():
         verdict = reread_verdict(claim)
         assert verdict == claim["verdict"]
-        assert f"{verdict} {describe(claim)}" in rows[" ".join(claim["question"].split())]
+        phrase = " ".join(verdict_phrase(claim).split())
+        assert phrase in rows[" ".join(claim["question"].split())]
         if claim["headline"]:
-            assert f"{claim['question']}: {verdict}, {describe(claim)}" in box
+            assert f"{claim['question']}: {phrase}" in box
+
+
+def executed_notebooks() -> list[Path]:
+    """The notebooks myst-nb executed (or took from its cache) for this build's pages."""
+    found = sorted((ROOT / "_build" / "jupyter_execute").rglob("*.ipynb"))
+    assert found, "the build left no executed notebooks in _build/jupyter_execute"
+    return found
+
+
+def glued_values(notebook: Path) -> dict[str, str]:
+    """{glue key: its plain-text value} of one executed notebook."""
+    import ast
+
+    from deepdive.book.results import GLUE_PREFIX
+
+    values = {}
+    for cell in json.loads(notebook.read_text())["cells"]:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = output.get("data", {}).get(GLUE_PREFIX + "text/plain")
+            if name and text is not None:
+                text = "".join(text) if isinstance(text, list) else text
+                try:
+                    values[name] = str(ast.literal_eval(text))
+                except (ValueError, SyntaxError):
+                    values[name] = text
+    return values
+
+
+def test_every_glued_verdict_in_the_built_site_is_in_the_one_form():
+    """Every claim a page glues (its own, an alias, or one it cites) reads as the book's one
+    verdict phrase, with the numbers and band claims.csv gives it; and no glued text uses
+    another way of saying a verdict."""
+    import pandas as pd
+
+    from deepdive.book.claims import verdict_parts, verdict_phrase
+
+    frame = pd.read_csv(CLAIMS_FILE)
+    phrases = {row["claim_id"]: verdict_phrase(row) for _, row in frame.iterrows()}
+    for _, row in frame.iterrows():
+        for alias in str(row.get("aliases", "")).split(";"):
+            if alias and alias != "nan":
+                phrases[alias] = phrases[row["claim_id"]]
+    checked = 0
+    for notebook in executed_notebooks():
+        for key, value in glued_values(notebook).items():
+            if key in phrases:
+                assert value == phrases[key], (notebook.name, key)
+            if key in phrases or re.search(r"\bx faster than\b|: tie within|: no verdict", value):
+                said = verdict_parts(value)  # fails on any other form
+                assert said["ratio"] >= 1 and said["low"] <= said["ratio"] <= said["high"]
+                checked += 1
+            assert not re.fullmatch(r"(faster|slower) than|tied with|undecided against", value), (
+                notebook.name, key, value)
+    assert checked >= len(frame)
+
+
+def test_every_timed_variant_was_written_on_its_page_or_in_the_shared_layers():
+    """The code a page times is the code it shows: each timing keeps where its code was
+    written (`deepdive.core.source`), and nothing may come from a module of the package
+    outside `deepdive.core` and `deepdive.models`."""
+    import pandas as pd
+
+    from deepdive.core.source import foreign
+
+    frame = pd.read_csv(CLAIMS_FILE, dtype=str, keep_default_na=False)
+    for column in ("baseline_code", "candidate_code"):
+        empty = frame[frame[column] == ""]
+        assert empty.empty, f"claims without {column}: {list(empty['claim_id'])}"
+        hidden = {row["claim_id"]: foreign(row[column].split(";"))
+                  for _, row in frame.iterrows() if foreign(row[column].split(";"))}
+        assert not hidden, hidden
+    for chapter in EVIDENCE_CHAPTERS:
+        medians = pd.read_csv(ROOT / "_build" / "results" / f"{chapter}.csv", dtype=str,
+                              keep_default_na=False).query("metric == 'median'")
+        hidden = {row["variant"]: foreign(row["code"].split(";"))
+                  for _, row in medians.iterrows() if foreign(row["code"].split(";"))}
+        assert not hidden, (chapter, hidden)
 
 
 @pytest.mark.parametrize("chapter", VERDICT_CHAPTERS)
@@ -298,26 +377,35 @@ def execution_seconds():
     return {cells[0]: float(cells[column]) for cells in rows if len(cells) > column}
 
 
-def test_chapter_6_runs_within_a_minute():
-    assert execution_seconds()["notebooks/07_choosing"] <= 60
+def run_time_table() -> dict[str, dict[str, str]]:
+    """The Reproduce page's table of each chapter's run time and budget on this machine."""
+    table = next(t for t in page("book/reproduce").find_all("table")
+                 if "budget here (s)" in t.get_text())
+    header = [" ".join(th.get_text().split()) for th in table.find("thead").find_all("th")]
+    rows = {}
+    for tr in table.find("tbody").find_all("tr"):
+        cells = [" ".join(c.get_text().split()) for c in tr.find_all(["th", "td"])]
+        rows[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
+    return rows, header[0]
 
 
-@pytest.mark.parametrize("chapter", plans.CHAPTERS)
-def test_a_chapters_plan_on_this_cpu_is_within_a_factor_of_two_of_its_run_time(chapter):
-    """The plan's estimate is a model; on the one device this build can run, it must land
-    near the page's real execution time, and the page within its small budget on a quiet
-    machine: a busy host may stretch it by `plan.HOST_NOISE`, no further."""
-    ran = execution_seconds().get(f"notebooks/{chapter}")
-    if ran is None:
-        pytest.skip(f"{chapter} came from the execution cache in this build")
-    planned = plans.plan(chapter, "small", plan.host_target())
-    estimated = planned.seconds()
+def test_the_reproduce_page_reports_each_chapters_run_time_against_its_budget_here():
+    """How long a page took is a reported figure, never a pass or fail of the machine's
+    speed: the table shows every chapter's run, as the execution table recorded it, and its
+    budget stretched by this build's measured slowness."""
+    from deepdive.book import calibration
 
-    print(f"{chapter}: planned {estimated:.0f} s, ran {ran:.0f} s")
-    assert ran <= plan.HOST_NOISE * planned.budget_s, (
-        f"{chapter} ran {ran:.0f} s, over its {planned.budget_s:.0f} s budget by more than a "
-        f"busy host explains (x{plan.HOST_NOISE})")
-    assert 0.5 <= estimated / ran <= 2.0
+    rows, corner = run_time_table()
+    slowness = float(re.search(r"slowness ([\d.]+)x", corner).group(1))
+    assert slowness == pytest.approx(calibration.slowness(), abs=0.006)
+    executed = execution_seconds()
+    for chapter in plans.CHAPTERS:
+        budget = plans.budget_s(chapter, "small", calibration.slowness())
+        assert float(rows[chapter]["budget here (s)"]) == pytest.approx(budget, rel=1e-3)
+        ran = executed.get(f"notebooks/{chapter}")
+        if ran is not None:  # executed by this build: the same figure in both tables
+            assert float(rows[chapter]["ran (s)"]) == pytest.approx(ran, abs=0.01)
+        print(f"{chapter}: ran {rows[chapter]['ran (s)']} s, budget here {budget:.0f} s")
 
 
 def test_the_site_publishes_the_evidence_chapter_6_can_read_on_its_own():

@@ -43,7 +43,7 @@ def stamp(chapter, device=CPU, scale="small", torch=TORCH, jax=JAX,
 
 def record(chapter, device=CPU):
     return dict(zip(results.COLUMNS, (chapter, "sweep", "jax", "jax.jit", 8, "median", 0.1, "s",
-                                      device, "small"), strict=True))
+                                      device, "small", "__main__:step"), strict=True))
 
 
 def make_results(folder: Path, rows=None, stamps=None, records_into: str = "") -> Path:

@@ -9,10 +9,11 @@ from deepdive.book.claims import (
     Claims,
     cite,
     claims_path,
-    describe,
     glue_claims,
     glue_noise,
     load_claims,
+    verdict_parts,
+    verdict_phrase,
 )
 from deepdive.core import env
 from deepdive.core.timing import Timing
@@ -82,9 +83,10 @@ def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
     glued, glue = collect()
 
     glue_claims("01_vmap", glue=glue)
-    assert glued["vmap_vs_loop"] == "faster than"
+    assert verdict_parts(glued["vmap_vs_loop"]) == {
+        "form": "decided", "fast": "vmap", "slow": "loop", "ratio": 2.0, "low": 2.0,
+        "high": 2.0, "band": 0.03}
     assert glued["vmap_vs_loop_verdict"] == "faster"
-    assert glued["vmap_vs_loop_ratio"] == "2.000x [2.000, 2.000]"
 
     # Edit the numbers in the file, as a different build would have measured them...
     frame = pd.read_csv(claims_path())
@@ -93,11 +95,13 @@ def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
     glued, glue = collect()
     glue_claims("01_vmap", glue=glue)
 
-    # ...and the prose says what the file says, whatever the chapter computed in memory.
-    assert glued["vmap_vs_loop"] == "slower than"
-    assert glued["vmap_vs_loop_ratio"] == "0.500x [0.450, 0.550]"
-    assert glued["claims_found"].data == ("- dot: vmap against a loop: **slower**, "
-                                          "0.500x [0.450, 0.550]")
+    # ...and the prose says what the file says, from the side that took less time.
+    said = verdict_parts(glued["vmap_vs_loop"])
+    assert (said["form"], said["fast"], said["slow"]) == ("decided", "loop", "vmap")
+    assert (said["ratio"], said["low"], said["high"]) == (2.0, pytest.approx(1.82, abs=0.01),
+                                                          pytest.approx(2.22, abs=0.01))
+    assert glued["vmap_vs_loop_verdict"] == "slower"
+    assert glued["claims_found"].data == f"- dot: vmap against a loop: {glued['vmap_vs_loop']}"
 
 
 def rewrite_first_claim(**values):
@@ -108,21 +112,22 @@ def rewrite_first_claim(**values):
     frame.to_csv(claims_path(), index=False)
 
 
-def test_a_noisy_claim_in_the_file_stays_decided_and_says_so():
+def test_a_noisy_claim_in_the_file_stays_decided_against_its_widened_band():
     claims = Claims("01_vmap", TieBand(0.03))
     claims.compare("vmap_vs_loop", "q", SLOW, FAST)
     claims.save()
-    rewrite_first_claim(noisy=True)
+    rewrite_first_claim(noisy=True, decision_band=0.25)
     glued, glue = collect()
 
     glue_claims("01_vmap", glue=glue)
 
-    assert glued["vmap_vs_loop"] == "faster than"
-    assert glued["vmap_vs_loop_ratio"] == "2.000x [2.000, 2.000]; noisy, size uncertain"
+    said = verdict_parts(glued["vmap_vs_loop"])
+    assert (said["form"], said["band"]) == ("decided", 0.25)  # the band it cleared
     assert (glued["claims_noisy"], glued["claims_withheld"]) == (1, 0)
+    assert glued["claims_all"].loc["q", "noisy side"] == "yes"
 
 
-def test_a_withheld_claim_says_its_interval_straddles_the_band():
+def test_a_withheld_claim_names_the_band_its_interval_crosses():
     claims = Claims("01_vmap", TieBand(0.03))
     claims.compare("close", "q", SLOW, paired("a bit faster", [2e-3 / 1.03] * ROUNDS))
     claims.save()
@@ -132,9 +137,9 @@ def test_a_withheld_claim_says_its_interval_straddles_the_band():
     glue_claims("01_vmap", glue=glue)
 
     assert glued["close_verdict"] == "withheld"
-    assert glued["close"] == "undecided against"
-    assert glued["close_ratio"] == ("1.030x [1.010, 1.050]; the interval straddles an edge "
-                                    "of the band (±3.0%)")
+    said = verdict_parts(glued["close"])
+    assert (said["form"], said["fast"], said["band"]) == ("withheld", "a bit faster", 0.03)
+    assert (said["low"], said["ratio"], said["high"]) == (1.01, 1.03, 1.05)
     assert glued["claims_withheld"] == 1
 
 
@@ -147,11 +152,12 @@ def test_the_box_holds_headline_claims_and_the_full_table_all():
 
     glue_claims("01_vmap", glue=glue)
 
-    assert glued["claims_found"].data.splitlines() == ["- the headline: **faster**, "
-                                                       "2.000x [2.000, 2.000]"]
+    assert glued["claims_found"].data.splitlines() == [f"- the headline: {glued['headline']}"]
     assert list(glued["claims_all"].index) == ["the headline", "a detail"]
     assert glued["tie_band_pct"] == pytest.approx(3.0)
     assert glued["claims_all"].loc["a detail", "verdict"] == "tie"
+    assert glued["claims_all"].loc["a detail", "result"] == glued["detail"]
+    assert verdict_parts(glued["detail"])["form"] == "tie"
 
 
 def test_claims_refuse_timings_that_were_not_interleaved():
@@ -217,16 +223,28 @@ def test_a_control_from_another_compare_call_is_refused():
         claims.compare("x", "q", SLOW, FAST, control=stranger)
 
 
-@pytest.mark.parametrize(("numbers", "text"), [
-    ((1.0213, 1.0119, 1.0432), "1.021x [1.012, 1.043]"),
-    ((0.99, 0.97, 0.9933), "0.990x [0.970, 0.993]"),
-    ((1595.6, 1559.5, 1629.1), "1596x [1560, 1629]"),
-    ((24.02, 23.41, 24.04), "24.0x [23.4, 24.0]"),
+@pytest.mark.parametrize(("numbers", "shown"), [
+    ((1.0213, 1.0119, 1.0432), (1.021, 1.012, 1.043)),  # near 1: three decimals
+    ((0.99, 0.97, 0.9933), (1.010, 1.007, 1.031)),  # the baseline's side, inverted
+    ((1595.6, 1559.5, 1629.1), (1596, 1560, 1629)),
+    ((24.02, 23.41, 24.04), (24.0, 23.4, 24.0)),
+    ((2.553, 2.49, 2.66), (2.55, 2.49, 2.66)),
 ])
-def test_describe_shows_enough_digits_to_place_an_interval_against_the_band(numbers, text):
+def test_a_phrase_shows_a_ratio_of_at_least_one_with_digits_to_place_it_against_the_band(
+        numbers, shown):
     row = dict(zip(("ratio", "low", "high"), numbers, strict=True), noisy=False,
-               tie_band=0.001)
-    assert describe(row) == text
+               tie_band=0.001, baseline="base", candidate="cand")
+    said = verdict_parts(verdict_phrase(row))
+    assert (said["ratio"], said["low"], said["high"]) == shown
+    assert said["ratio"] >= 1 and said["low"] <= said["ratio"] <= said["high"]
+    assert said["fast"] == ("cand" if numbers[0] >= 1 else "base")
+
+
+@pytest.mark.parametrize("text", ["faster than", "jax 2x faster than torch", "tied with",
+                                  "jax 1.2x [1.1, 1.3] against torch: undecided"])
+def test_text_in_no_form_of_the_books_is_refused(text):
+    with pytest.raises(ValueError, match="not a verdict in the book's one form"):
+        verdict_parts(text)
 
 
 def test_glue_noise_counts_noisy_and_extended_timings():
@@ -254,8 +272,8 @@ def test_one_comparison_asked_twice_is_one_claim_under_two_names():
 
     assert again is claims.claims["best_jax_vs_torch"] and first.claim_id == again.claim_id
     assert list(load_claims("05_vit_training")["claim_id"]) == ["best_jax_vs_torch"]
-    assert glued["fused_jax_vs_torch"] == glued["best_jax_vs_torch"] == "faster than"
-    assert glued["fused_jax_vs_torch_ratio"] == "2.000x [2.000, 2.000]"
+    assert glued["fused_jax_vs_torch"] == glued["best_jax_vs_torch"]
+    assert glued["fused_jax_vs_torch_verdict"] == "faster"
 
 
 def test_another_page_cites_a_claim_instead_of_measuring_it_again():
@@ -266,8 +284,9 @@ def test_another_page_cites_a_claim_instead_of_measuring_it_again():
 
     cited = cite("03_torch_compile", "char_inductor_fp32", as_key="char_inductor", glue=glue)
 
-    assert cited == glued and glued["char_inductor"] == "faster than"
-    assert glued["char_inductor_ratio"] == "2.000x [2.000, 2.000]"
+    assert cited == glued and glued["char_inductor_verdict"] == "faster"
+    assert verdict_parts(glued["char_inductor"])["fast"] == "vmap"
+    assert glued["char_inductor_question"] == "GPT char: inductor against eager"
     with pytest.raises(KeyError, match="run 03_torch_compile first"):
         cite("03_torch_compile", "vocab_inductor_fp32", glue=glue)
 

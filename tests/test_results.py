@@ -25,7 +25,7 @@ def test_add_makes_one_tidy_row_with_device_and_scale():
     assert results.frame().to_dict("records") == [{
         "chapter": "01_vmap", "experiment": "matmul", "framework": "jax", "variant": "vmap",
         "size": 128, "metric": "median", "value": 0.25, "unit": "s",
-        "device": env.device_label(), "scale": "small",
+        "device": env.device_label(), "scale": "small", "code": "",
     }]
 
 

@@ -98,14 +98,32 @@ def test_a_cell_that_ends_in_time_disarms_the_guard():
 def test_a_hung_cell_is_one_that_runs_past_twice_its_chapters_small_budget():
     for chapter in plans.CHAPTERS:
         budget = plans.BUDGET_S_OF.get((chapter, "small"), plan.BUDGET_S["small"])
-        assert plans.hang_limit_s(chapter, "small") == min(2 * budget, plan.CELL_TIMEOUT_S)
+        assert plans.hang_limit_s(chapter, "small", 1.0) == min(2 * budget, plan.CELL_TIMEOUT_S)
         for scale in ("medium", "full"):  # unchecked GPU plans: the cell timeout alone
             assert plans.hang_limit_s(chapter, scale) is None
-    assert plans.hang_limit_s("04_gpt_training", "small") == 2 * 360
+    assert plans.hang_limit_s("04_gpt_training", "small", 1.0) == 2 * 360
     with pytest.raises(KeyError, match="known: 01_vmap"):
-        plans.hang_limit_s("08_nothing", "small")
+        plans.hang_limit_s("08_nothing", "small", 1.0)
     with pytest.raises(ValueError, match="not one of small"):
-        plans.hang_limit_s("01_vmap", "huge")
+        plans.hang_limit_s("01_vmap", "huge", 1.0)
+
+
+def test_a_slower_cpu_stretches_budgets_and_hang_limits_by_its_measured_slowness():
+    """The AMD EPYC that ran the pages 1.60x slower than the reference Xeon measured a
+    1.64x lower fp32 peak: its budgets stretch by that, so it builds instead of failing."""
+    epyc = plan.slowness(93.35e9)
+
+    assert 1.6 < epyc < 1.7
+    assert plan.slowness(2 * plan.REFERENCE_CPU_FP32_FLOPS) == 1.0  # faster: same budgets
+    assert plans.budget_s("04_gpt_training", "small", epyc) == pytest.approx(360 * epyc)
+    assert plans.hang_limit_s("04_gpt_training", "small", epyc) == pytest.approx(720 * epyc)
+    assert plans.hang_limit_s("01_vmap", "small", 1e6) == plan.CELL_TIMEOUT_S
+    assert plans.budget_s("01_vmap", "full", epyc) is None
+    for bad in (0.0, -1.0, float("nan"), "fast"):
+        with pytest.raises(ValueError, match="positive number of FLOP/s"):
+            plan.slowness(bad)
+    with pytest.raises(ValueError, match="factor of at least 1"):
+        plans.budget_s("01_vmap", "small", 0.5)
 
 
 @pytest.mark.parametrize("chapter", plans.CHAPTERS)

@@ -4,13 +4,12 @@
 reads; an incremental build reads changed sources only, and would keep an old rendering
 of the choosing chapter (this build's evidence), of the intro (the book's verdicts, read
 from every chapter's claims), of the Reproduce page (this build's machine and id), of the
-ledger (this build beside the committed bundles) and of the PyTorch/XLA page (it runs in a
-side environment that its code cells do not show, so the cache cannot tell when that
-changed). Listing them here makes every build read them.
+ledger (this build beside the committed bundles). Listing them here makes every build read
+them. The PyTorch/XLA page is read again only when its side environment or worker changed
+(`xla_deps`).
 """
 
-ALWAYS_REREAD = ("notebooks/05_vit_xla", "notebooks/07_choosing", "book/reproduce", "book/intro",
-                 "book/ledger")
+ALWAYS_REREAD = ("notebooks/07_choosing", "book/reproduce", "book/intro", "book/ledger")
 
 
 def outdated(app, env, added, changed, removed):

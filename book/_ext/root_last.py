@@ -1,5 +1,6 @@
-"""Sphinx extension: read, and so execute, the pages that read every chapter's claims after
-every other page: the ledger of builds, then the book's root page (the intro).
+"""Sphinx extension: read, and so execute, the pages that read what every chapter left after
+every other page: the Reproduce page (each chapter's run time), the ledger of builds, then
+the book's root page (the intro).
 
 Both glue from `claims.csv`, which every chapter writes while it executes. Sphinx reads (and
 myst-nb executes) documents in sorted docname order, so `book/intro` and `book/ledger` would
@@ -8,7 +9,7 @@ the end of the read list, the root last; `always_reread` makes every build read 
 order holds in a serial read, which is how the book builds (no `-j`).
 """
 
-READ_LAST = ("book/ledger",)  # then the root document
+READ_LAST = ("book/reproduce", "book/ledger")  # then the root document
 
 
 def root_doc(config) -> str:

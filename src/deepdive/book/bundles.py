@@ -69,9 +69,9 @@ def builds_dir() -> Path:
 
 
 def claim_columns() -> tuple[str, ...]:
-    """The claims.csv columns a bundle must have: all of them but `aliases`, which files
-    saved before it existed lack."""
-    return tuple(c for c in claims.COLUMNS if c != "aliases")
+    """The claims.csv columns a bundle must have: all of them but those files saved before
+    they existed lack (`claims.OPTIONAL_COLUMNS`)."""
+    return tuple(c for c in claims.COLUMNS if c not in claims.OPTIONAL_COLUMNS)
 
 
 def _slug(text: str) -> str:
@@ -397,7 +397,8 @@ def load(folder: Path, patterns=claim_ids.CLAIM_IDS,
     stamps = _read_csv(folder / provenance.FILE_NAME, provenance.COLUMNS,
                        f"{_shown(folder)}/{provenance.FILE_NAME}")
     for file in sorted((folder / RESULTS_FOLDER).glob("*")):
-        _read_csv(file, results.COLUMNS, f"{_shown(folder)}/{RESULTS_FOLDER}/{file.name}")
+        _read_csv(file, tuple(c for c in results.COLUMNS if c not in results.OPTIONAL_COLUMNS),
+                  f"{_shown(folder)}/{RESULTS_FOLDER}/{file.name}")
     return Bundle(name, folder, build, saved, stamps)
 
 

@@ -31,7 +31,8 @@ from deepdive.core.env import results_dir
 from deepdive.core.verdict import TieBand, measure_tie_band
 
 __all__ = ["FILE_NAME", "PEAK_DTYPES", "Calibration", "Key", "current", "describe", "device_kinds",
-           "load", "main", "measure", "path", "peak", "save", "this_key", "tie_band"]
+           "load", "main", "measure", "path", "peak", "save", "slowness", "this_key",
+           "tie_band"]
 
 FILE_NAME = "calibration.json"
 PEAK_DTYPES = ("fp32", "bf16")
@@ -178,6 +179,14 @@ def peak(device: str, dtype: str, *, bf16_native: bool = True) -> flops.Peak:
     if dtype == "bf16" and not bf16_native and "emulated" not in measured.source:
         return flops.Peak(measured.flops_per_s, dtype, measured.source + ", emulated bf16")
     return measured
+
+
+def slowness() -> float:
+    """How much longer than the reference machine this build's CPU takes (`plan.slowness`,
+    from the measured fp32 peak): the factor its page budgets and hang guards stretch by."""
+    from deepdive.book import plan
+
+    return plan.slowness(current().cpu_peak("fp32").flops_per_s)
 
 
 def describe() -> str:

@@ -14,6 +14,7 @@ explains the rule.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from deepdive.core.env import results_dir
 from deepdive.core.timing import Timing
 from deepdive.core.verdict import (
     BY_CONTROL,
-    REASONS,
+    DECIDED,
     TieBand,
     classify,
     decide,
@@ -34,16 +35,17 @@ from deepdive.core.verdict import (
     widen,
 )
 
-__all__ = ["COLUMNS", "FILE_NAME", "PHRASES", "Claim", "Claims", "cite", "claims_path", "describe",
-           "glue_claims", "glue_noise", "load_claims", "reread_reason", "reread_verdict"]
+__all__ = ["COLUMNS", "FILE_NAME", "OPTIONAL_COLUMNS", "PHRASE_FORMS", "Claim", "Claims", "cite",
+           "claims_path", "glue_claims", "glue_noise", "load_claims", "verdict_parts",
+           "reread_reason", "reread_verdict", "verdict_phrase"]
 
 FILE_NAME = "claims.csv"
 COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict", "reason",
            "noisy", "n", "device", "scale", "tie_band", "decision_band", "build_band",
-           "widened_by", "baseline", "candidate", "headline", "aliases")
-# How a verdict reads in "<candidate> was ___ <baseline>".
-PHRASES = {"faster": "faster than", "slower": "slower than", "tie": "tied with",
-           "withheld": "undecided against"}
+           "widened_by", "baseline", "candidate", "headline", "aliases", "baseline_code",
+           "candidate_code")
+# Columns a saved file may lack: bundles of builds from before they existed.
+OPTIONAL_COLUMNS = ("aliases", "baseline_code", "candidate_code")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class Claim:
     candidate: str
     headline: bool
     aliases: str = ""  # other ids of the page for this same comparison, ";"-separated
+    # Where each side's timed code was written (`Timing.code`, ";"-joined): the site's
+    # tests check that it is the page or the package's shared layers.
+    baseline_code: str = ""
+    candidate_code: str = ""
 
 
 def claims_path() -> Path:
@@ -141,7 +147,8 @@ class Claims:
         claim = Claim(self.chapter, claim_id, question, v.ratio, v.low, v.high, v.verdict,
                       v.reason, v.noisy, v.n, self._device, self._scale, v.band,
                       v.decision_band, self.band.width, " and ".join(widened_by),
-                      v.baseline, v.candidate, headline)
+                      v.baseline, v.candidate, headline, "", ";".join(baseline.code),
+                      ";".join(candidate.code))
         self.claims[claim_id] = claim
         self._pairs[pair] = claim_id
         return claim
@@ -216,23 +223,72 @@ def reread_reason(row) -> str:
                   straddles(float(row["low"]), float(row["high"]), _bands(row)[0]))
 
 
-def describe(row) -> str:
-    """'1.021x [1.012, 1.043]' (speed-up of candidate over baseline, 95% interval), then
-    why, where the verdict is not plain: '; noisy, size uncertain' for a decided verdict
-    with a noisy side, '; the interval straddles an edge of the band (±4.2%)' for a
-    withheld one. Three decimals below 10x, so an interval shown against a band of a few
-    percent shows where its ends lie; one decimal up to 1000x; none above."""
-    ratio, low, high = (_ratio_text(float(row[k])) for k in ("ratio", "low", "high"))
-    text = f"{ratio}x [{low}, {high}]"
-    verdict, why = reread_verdict(row), reread_reason(row)
-    if verdict == "withheld":
-        wide = _bands(row)[1] if why == REASONS["withheld, noisy"] else _bands(row)[0]
-        return f"{text}; {why} (±{100 * wide.width:.1f}%)"
-    return f"{text}; {why}" if _as_bool(row["noisy"]) else text
+def verdict_phrase(row) -> str:
+    """The book's one way to say a verdict, the same on every page: the side that took less
+    time, its speed-up over the other (at least 1) with the 95% interval, and the band the
+    verdict was decided against. Recomputed from the saved numbers (`reread_verdict`):
+
+    - decided: "jax.jit 2.55x faster than torch.compile [2.49, 2.66], band ±8.6%"
+    - tie: "jax.jit 1.021x [0.987, 1.043] against torch eager: tie within ±8.6%"
+    - withheld: "jax.jit 1.101x [1.020, 1.190] against torch eager: no verdict, the
+      interval crosses the band ±8.6%"
+
+    The band is the one the interval was read against: for a decided verdict the decision
+    band (the build's, widened by an A/A control or a noisy side), for a tie the tie band,
+    for a withheld one the band whose edge the interval crosses.
+    """
+    ratio, low, high = (float(row[k]) for k in ("ratio", "low", "high"))
+    fast, slow = str(row["candidate"]), str(row["baseline"])
+    if ratio < 1:  # the baseline took less time: say it from its side
+        fast, slow, ratio, low, high = slow, fast, 1 / ratio, 1 / high, 1 / low
+    verdict, (tie, wide) = reread_verdict(row), _bands(row)
+    numbers = f"{_digits(ratio)}x [{_digits(low)}, {_digits(high)}]"
+    if verdict in DECIDED:
+        return f"{fast} {_digits(ratio)}x faster than {slow} [{_digits(low)}, " \
+               f"{_digits(high)}], band {_percent(wide)}"
+    if verdict == "tie":
+        return f"{fast} {numbers} against {slow}: tie within {_percent(tie)}"
+    crossed = tie if straddles(low, high, tie) else wide
+    return f"{fast} {numbers} against {slow}: no verdict, the interval crosses the band " \
+           f"{_percent(crossed)}"
 
 
-def _ratio_text(value: float) -> str:
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+_NUMBERS = r"(?P<ratio>[\d.]+)x \[(?P<low>[\d.]+), (?P<high>[\d.]+)\]"
+# The one form, each verdict's shape (`verdict_phrase` writes them; the site's tests read
+# every glued verdict with `verdict_parts`).
+PHRASE_FORMS = {
+    "decided": re.compile(r"(?P<fast>.+?) (?P<ratio>[\d.]+)x faster than (?P<slow>.+) "
+                          r"\[(?P<low>[\d.]+), (?P<high>[\d.]+)\], band ±(?P<band>[\d.]+)%"),
+    "tie": re.compile(rf"(?P<fast>.+?) {_NUMBERS} against (?P<slow>.+): tie within "
+                      r"±(?P<band>[\d.]+)%"),
+    "withheld": re.compile(rf"(?P<fast>.+?) {_NUMBERS} against (?P<slow>.+): no verdict, the "
+                           r"interval crosses the band ±(?P<band>[\d.]+)%"),
+}
+
+
+def verdict_parts(text: str) -> dict:
+    """Read a phrase of `verdict_phrase` back: {"form", "fast", "slow", "ratio", "low",
+    "high", "band"} (numbers as floats, the band as a fraction). Raises ValueError for text
+    in no form of the book's."""
+    for form, pattern in PHRASE_FORMS.items():
+        found = pattern.fullmatch(text)
+        if found:
+            parts = found.groupdict()
+            numbers = {k: float(parts.pop(k)) for k in ("ratio", "low", "high")}
+            return {"form": form, **parts, **numbers, "band": float(parts.pop("band")) / 100}
+    raise ValueError(f"not a verdict in the book's one form: {text!r}")
+
+
+def _percent(band: TieBand) -> str:
+    return f"±{100 * band.width:.1f}%"
+
+
+def _digits(value: float) -> str:
+    """Three decimals near 1, where an interval's ends are read against a band of a few
+    percent; three significant digits further out."""
+    if value < 2:
+        return f"{value:.3f}"
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 
 def glue_noise(timings, glue: Callable[[str, object], None] = glue_value) -> dict:
@@ -257,14 +313,14 @@ def glue_noise(timings, glue: Callable[[str, object], None] = glue_value) -> dic
 def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) -> dict:
     """Read `chapter`'s claims back from claims.csv and glue them for the prose.
 
-    For each claim: `<id>` the phrase ("faster than", "tied with", ...), `<id>_verdict`
-    the bare verdict, `<id>_ratio` its numbers (and why, where a side was noisy or the
-    verdict was withheld). For the chapter: `claims_found`, the headline claims as
+    For each claim: `<id>` its verdict in the book's one form (`verdict_phrase`) and
+    `<id>_verdict` the bare verdict. For the chapter: `claims_found`, the headline claims as
     Markdown bullets for its "What this build found" box (paste with the `glue:md`
-    directive), `claims_all` every claim as a table, `tie_band_pct` the build's band in
-    percent, `claims_count`, `claims_withheld` and `claims_noisy` (decided or tied with a
-    noisy side). A claim that two questions of the page share is glued under each of its
-    ids (`aliases`). Returns what it glued, by key.
+    directive), `claims_all` every claim as a table (each with the band it was decided
+    against), `tie_band_pct` the build's band in percent, `claims_count`,
+    `claims_withheld` and `claims_noisy` (decided or tied with a noisy side). A claim that
+    two questions of the page share is glued under each of its ids (`aliases`). Returns
+    what it glued, by key.
     """
     import pandas as pd
     from IPython.display import Markdown
@@ -278,22 +334,20 @@ def glue_claims(chapter: str, glue: Callable[[str, object], None] = glue_value) 
 
     rows, bullets = [], []
     for _, row in frame.iterrows():
-        verdict = reread_verdict(row)
-        put(row["claim_id"], PHRASES[verdict])
+        verdict, phrase = reread_verdict(row), verdict_phrase(row)
+        put(row["claim_id"], phrase)
         put(f"{row['claim_id']}_verdict", verdict)
-        put(f"{row['claim_id']}_ratio", describe(row))
-        rows.append({"question": row["question"], "verdict": verdict,
-                     "speed-up [95% interval]": describe(row),
-                     "band": f"±{100 * float(row['tie_band']):.1f}%"})
+        rows.append({"question": row["question"], "verdict": verdict, "result": phrase,
+                     "noisy side": "yes" if _as_bool(row["noisy"]) else ""})
         if _as_bool(row["headline"]):
-            bullets.append(f"- {row['question']}: **{verdict}**, {describe(row)}")
+            bullets.append(f"- {row['question']}: {phrase}")
     for claim_id, named in zip(frame["claim_id"], _aliases(frame), strict=True):
         for alias in named:
-            for suffix in ("", "_verdict", "_ratio"):
+            for suffix in ("", "_verdict"):
                 put(f"{alias}{suffix}", glued[f"{claim_id}{suffix}"])
     put("claims_found", Markdown("\n".join(bullets) or "- (no headline claims)"))
     with pd.option_context("display.max_colwidth", None):  # glue renders it now: whole
-        put("claims_all", pd.DataFrame(rows).set_index("question"))  # reasons, no "..."
+        put("claims_all", pd.DataFrame(rows).set_index("question"))  # phrases, no "..."
     band = TieBand(float(frame["build_band"].iat[0]))  # one per build (calibration)
     put("tie_band_pct", 100 * band.width)
     put("tie_band_range", f"[{band.low:.3f}, {band.high:.3f}]")
@@ -309,9 +363,9 @@ def cite(chapter: str, claim_id: str, as_key: str | None = None,
          glue: Callable[[str, object], None] = glue_value) -> dict:
     """Glue another chapter's claim for this page's prose, read from claims.csv: a
     comparison two pages make is measured once, by one of them, and cited by the other.
-    Glues `<as_key>` (the phrase), `<as_key>_verdict` and `<as_key>_ratio` (default key:
-    `cited_<claim_id>`); returns them. Fails, naming the chapter to run, where the cited
-    chapter has not saved the claim."""
+    Glues `<as_key>` (the verdict in the book's one form), `<as_key>_verdict` and
+    `<as_key>_question` (default key: `cited_<claim_id>`); returns them. Fails, naming the
+    chapter to run, where the cited chapter has not saved the claim."""
     frame = load_claims(chapter)
     by_name = {alias: saved for saved, named in zip(frame["claim_id"], _aliases(frame),
                                                     strict=True) for alias in named}
@@ -320,8 +374,7 @@ def cite(chapter: str, claim_id: str, as_key: str | None = None,
         raise KeyError(f"{chapter} saved no claim {claim_id!r}: run {chapter} first")
     row = frame.set_index("claim_id").loc[by_name[claim_id]]
     key = as_key or f"cited_{claim_id}"
-    verdict = reread_verdict(row)
-    glued = {key: PHRASES[verdict], f"{key}_verdict": verdict, f"{key}_ratio": describe(row),
+    glued = {key: verdict_phrase(row), f"{key}_verdict": reread_verdict(row),
              f"{key}_question": row["question"]}
     for name, value in glued.items():
         glue(name, value)

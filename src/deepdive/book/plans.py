@@ -26,7 +26,7 @@ from deepdive.book.plan import (
 from deepdive.core import env, flops
 
 __all__ = [
-    "BUDGET_S_OF", "CHAPTERS", "DistributedSizes", "F32", "GPTSizes", "GPTWorkload",
+    "BUDGET_S_OF", "CHAPTERS", "budget_s", "DistributedSizes", "F32", "GPTSizes", "GPTWorkload",
     "GUARDED_SCALES", "HANG_FACTOR", "JitSizes", "OTHER_S",
     "READER_GPUS", "SIZES", "ViTSizes", "VmapSizes", "gpt_activation_bytes", "gpt_step_flops",
     "gpt_twin_modes", "hang_limit_s", "main", "plan", "sizes", "vit_activation_bytes", "vit_modes",
@@ -243,15 +243,30 @@ HANG_FACTOR = 2.0
 GUARDED_SCALES = ("small",)
 
 
-def hang_limit_s(chapter: str, scale: str | None = None) -> float | None:
-    """Seconds after which one of the chapter's cells counts as hung at `scale`: twice the
-    chapter's budget at small; None (the cell timeout alone) at medium and full."""
-    scale = scale or env.scale()
+def budget_s(chapter: str, scale: str, slowness: float = 1.0) -> float | None:
+    """What the chapter may take at `scale` (None: unbounded, at full) on a machine
+    `slowness` times slower than the reference one (`plan.slowness`)."""
     sizes(chapter, scale)  # refuses an unknown chapter or scale, naming the known ones
+    if not (isinstance(slowness, int | float) and slowness >= 1):
+        raise ValueError(f"slowness is a factor of at least 1, got {slowness!r}")
+    budget = BUDGET_S_OF.get((chapter, scale), BUDGET_S[scale])
+    return None if budget is None else budget * slowness
+
+
+def hang_limit_s(chapter: str, scale: str | None = None,
+                 slowness: float | None = None) -> float | None:
+    """Seconds after which one of the chapter's cells counts as hung at `scale`: twice the
+    chapter's budget at small, stretched by this CPU's slowness (by default the build's
+    calibration's, `calibration.slowness`); None (the cell timeout alone) at medium and full."""
+    scale = scale or env.scale()
+    sizes(chapter, scale)
     if scale not in GUARDED_SCALES:
         return None
-    budget = BUDGET_S_OF.get((chapter, scale), BUDGET_S[scale])
-    return min(HANG_FACTOR * budget, CELL_TIMEOUT_S)
+    if slowness is None:
+        from deepdive.book import calibration
+
+        slowness = calibration.slowness()
+    return min(HANG_FACTOR * budget_s(chapter, scale, slowness), CELL_TIMEOUT_S)
 
 
 def plan(chapter: str, scale: str, target: Target, host: Target | None = None) -> Plan:

@@ -14,11 +14,13 @@ from deepdive.core import env
 from deepdive.core.env import results_dir
 from deepdive.core.timing import Timing
 
-__all__ = ["COLUMNS", "GLUE_PREFIX", "Record", "Results", "glue", "load"]
+__all__ = ["COLUMNS", "GLUE_PREFIX", "OPTIONAL_COLUMNS", "Record", "Results", "glue", "load"]
 
 
 COLUMNS = ("chapter", "experiment", "framework", "variant", "size", "metric", "value",
-           "unit", "device", "scale")
+           "unit", "device", "scale", "code")
+# Columns a saved file may lack: bundles of builds from before they existed.
+OPTIONAL_COLUMNS = ("code",)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Record:
     unit: str
     device: str
     scale: str
+    code: str = ""  # a timing's: where the timed code was written (`Timing.code`, ";"-joined)
 
 
 class Results:
@@ -51,17 +54,20 @@ class Results:
         self._scale = env.scale()
 
     def add(self, experiment: str, framework: str, variant: str, size, metric: str,
-            value: float, unit: str) -> None:
+            value: float, unit: str, code: str = "") -> None:
         self.records.append(Record(self.chapter, experiment, framework, variant, size, metric,
-                                   float(value), unit, self._device, self._scale))
+                                   float(value), unit, self._device, self._scale, code))
 
     def add_timing(self, experiment: str, framework: str, variant: str, size,
                    timing: Timing) -> None:
         """Median, IQR and first-call time of a Timing, in seconds, and its number of
-        samples and noisy flag (the site checks count both)."""
+        samples and noisy flag (the site checks count both). The median's row also keeps
+        where the timed code was written (`Timing.code`), which the site's tests check."""
+        code = ";".join(timing.code)
         for metric, value in (("median", timing.median), ("iqr", timing.iqr),
                               ("first_call", timing.first_call)):
-            self.add(experiment, framework, variant, size, metric, value, "s")
+            self.add(experiment, framework, variant, size, metric, value, "s",
+                     code if metric == "median" else "")
         self.add(experiment, framework, variant, size, "blocks", timing.n, "count")
         self.add(experiment, framework, variant, size, "noisy", float(timing.noisy), "flag")
 
@@ -113,4 +119,6 @@ def load(chapter: str):
             f"no results for chapter {chapter!r} at {path}: build that chapter first "
             "(make book) or run its notebook"
         )
-    return pd.read_csv(path)
+    frame = pd.read_csv(path, dtype={"code": str}, keep_default_na=False,
+                        na_values={"value": ["", "nan", "NaN"]})
+    return frame.reindex(columns=list(COLUMNS), fill_value="")

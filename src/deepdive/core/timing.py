@@ -15,6 +15,7 @@ introduces `measure` and `compare`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import math
@@ -27,6 +28,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from deepdive.core.memory import is_out_of_memory
+from deepdive.core.source import defined_in
 from deepdive.core.sync import block, pace
 
 __all__ = ["BLOCKS", "BOOTSTRAP_RESAMPLES", "MIN_BLOCK_S", "NOISY_IQR_FRACTION", "LocalRunner",
@@ -60,6 +62,8 @@ class Timing:
     # Seconds per call taken out of every sample: the harness's own readiness check
     # (`deepdive.core.sync.pace`), measured on this variant's output (`harness_cost`).
     harness_s: float = 0.0
+    # Where the timed code was written ("module:qualname"; `deepdive.core.source`).
+    code: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
@@ -203,7 +207,8 @@ def measure(
             "its arguments separately: measure(f, x), not measure(f(x))"
         )
     name = label or getattr(fn, "__name__", "fn")
-    return compare({name: lambda: fn(*args)}, blocks=blocks, warmup=warmup,
+    call = functools.partial(fn, *args)  # its code is fn's (`deepdive.core.source`)
+    return compare({name: call}, blocks=blocks, warmup=warmup,
                    min_block_s=min_block_s, min_calls=min_calls, sync=sync,
                    check=None if check is None else {name: check}, max_blocks=max_blocks)[name]
 
@@ -263,6 +268,8 @@ def compare(
     runners = [fn.runner(label, session) if _is_remote(fn)
                else LocalRunner(label, fn, sync, checks.get(label), session)
                for label, fn in variants.items()]
+    for runner, fn in zip(runners, variants.values(), strict=True):
+        runner.code = defined_in(fn)  # kept with the timing, as benchmark.Timer keeps its stmt
     failed: dict[str, OutOfMemory] = {}
 
     def attempt(runner, action) -> None:
@@ -336,6 +343,7 @@ class Runner:
         self.recompiles = 0
         self.harness_s = 0.0
         self.output = None
+        self.code: tuple[str, ...] = ()
 
     def prepare(self, warmup: int, min_block_s: float, min_calls_per_block: int) -> None:
         raise NotImplementedError
@@ -347,7 +355,7 @@ class Runner:
         """The samples so far as a `Timing` (harness cost per call included)."""
         per_call = self.harness_s * (self.calls_per_block - 1) / self.calls_per_block
         return Timing(self.label, np.asarray(self.samples), self.calls_per_block,
-                      self.first_call, self.recompiles, self.session, per_call)
+                      self.first_call, self.recompiles, self.session, per_call, self.code)
 
 
 @runtime_checkable
