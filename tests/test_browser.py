@@ -93,7 +93,7 @@ def test_page_loads_with_every_image_and_no_error(page, doc):
 
     broken = tab.evaluate("Array.from(document.images).filter(i => !(i.complete && "
                           "i.naturalWidth > 0)).map(i => i.getAttribute('src'))")
-    assert broken == [], f"{doc}: images that did not load: {broken}"
+    assert broken == [], doc
     text = tab.evaluate(_VISIBLE_TEXT_OUTSIDE_EXPECTED_ERRORS)
     for marker in ("Traceback (most recent call last)", "DeadKernelError"):
         assert marker not in text, f"{doc} shows {marker!r}"

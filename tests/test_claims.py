@@ -17,7 +17,7 @@ from deepdive.book.claims import (
 )
 from deepdive.core import env
 from deepdive.core.timing import Timing
-from deepdive.core.verdict import TieBand
+from deepdive.core.verdict import BY_CONTROL, REASONS, TieBand
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +33,8 @@ def paired(label, seconds, session=1):
 
 
 ROUNDS = 15
+VMAP, BEST, FUSED = "vmap_vs_loop", "best_jax_vs_torch", "fused_jax_vs_torch"
+BAND_PCT, RANGE, CITED = "tie_band_pct", "tie_band_range", "char_inductor"
 SLOW = paired("loop", [2e-3] * ROUNDS)
 FAST = paired("vmap", [1e-3] * ROUNDS)
 SAME = paired("vmap copy", [2e-3] * ROUNDS)
@@ -45,7 +47,7 @@ def collect():
 
 def test_a_claim_lands_in_claims_csv_with_every_required_column():
     claims = Claims("01_vmap", TieBand(0.03))
-    claims.compare("vmap_vs_loop", "dot, batch 64: vmap against a loop", SLOW, FAST,
+    claims.compare(VMAP, "dot, batch 64: vmap against a loop", SLOW, FAST,
                    headline=True)
 
     path = claims.save()
@@ -53,11 +55,11 @@ def test_a_claim_lands_in_claims_csv_with_every_required_column():
     assert path == claims_path() and path.name == "claims.csv"
     row = pd.read_csv(path).iloc[0]
     assert tuple(pd.read_csv(path).columns) == COLUMNS
-    assert (row.chapter, row.claim_id, row.verdict, row.n) == ("01_vmap", "vmap_vs_loop",
+    assert (row.chapter, row.claim_id, row.verdict, row.n) == ("01_vmap", VMAP,
                                                                "faster", ROUNDS)
     assert (row.ratio, row.low, row.high) == (2.0, 2.0, 2.0)
     assert (row.device, row.scale, row.tie_band) == (env.device_label(), "small", 0.03)
-    assert (row.build_band, row.reason) == (0.03, "the interval lies outside the band")
+    assert (row.build_band, row.reason) == (0.03, REASONS["decided"])
 
 
 def test_saving_a_chapter_replaces_its_rows_and_keeps_the_others():
@@ -78,15 +80,16 @@ def test_saving_a_chapter_replaces_its_rows_and_keeps_the_others():
 
 def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
     claims = Claims("01_vmap", TieBand(0.03))
-    claims.compare("vmap_vs_loop", "dot: vmap against a loop", SLOW, FAST, headline=True)
+    question = "dot: vmap against a loop"
+    claims.compare(VMAP, question, SLOW, FAST, headline=True)
     claims.save()
     glued, glue = collect()
 
     glue_claims("01_vmap", glue=glue)
-    assert verdict_parts(glued["vmap_vs_loop"]) == {
+    assert verdict_parts(glued[VMAP]) == {
         "form": "decided", "fast": "vmap", "slow": "loop", "ratio": 2.0, "low": 2.0,
         "high": 2.0, "band": 0.03}
-    assert glued["vmap_vs_loop_verdict"] == "faster"
+    assert glued[f"{VMAP}_verdict"] == "faster"
 
     # Edit the numbers in the file, as a different build would have measured them...
     frame = pd.read_csv(claims_path())
@@ -96,12 +99,12 @@ def test_glued_verdicts_come_from_the_file_and_follow_its_numbers():
     glue_claims("01_vmap", glue=glue)
 
     # ...and the prose says what the file says, from the side that took less time.
-    said = verdict_parts(glued["vmap_vs_loop"])
+    said = verdict_parts(glued[VMAP])
     assert (said["form"], said["fast"], said["slow"]) == ("decided", "loop", "vmap")
     assert (said["ratio"], said["low"], said["high"]) == (2.0, pytest.approx(1.82, abs=0.01),
                                                           pytest.approx(2.22, abs=0.01))
-    assert glued["vmap_vs_loop_verdict"] == "slower"
-    assert glued["claims_found"].data == f"- dot: vmap against a loop: {glued['vmap_vs_loop']}"
+    assert glued[f"{VMAP}_verdict"] == "slower"
+    assert glued["claims_found"].data == f"- {question}: {glued[VMAP]}"
 
 
 def rewrite_first_claim(**values):
@@ -114,22 +117,23 @@ def rewrite_first_claim(**values):
 
 def test_a_noisy_claim_in_the_file_stays_decided_against_its_widened_band():
     claims = Claims("01_vmap", TieBand(0.03))
-    claims.compare("vmap_vs_loop", "q", SLOW, FAST)
+    claims.compare(VMAP, "q", SLOW, FAST)
     claims.save()
     rewrite_first_claim(noisy=True, decision_band=0.25)
     glued, glue = collect()
 
     glue_claims("01_vmap", glue=glue)
 
-    said = verdict_parts(glued["vmap_vs_loop"])
+    said = verdict_parts(glued[VMAP])
     assert (said["form"], said["band"]) == ("decided", 0.25)  # the band it cleared
-    assert (glued["claims_noisy"], glued["claims_withheld"]) == (1, 0)
+    assert [glued[f"claims_{k}"] for k in ("noisy", "withheld")] == [1, 0]
     assert glued["claims_all"].loc["q", "noisy side"] == "yes"
 
 
 def test_a_withheld_claim_names_the_band_its_interval_crosses():
     claims = Claims("01_vmap", TieBand(0.03))
-    claims.compare("close", "q", SLOW, paired("a bit faster", [2e-3 / 1.03] * ROUNDS))
+    closer = paired("closer", [2e-3 / 1.03] * ROUNDS)
+    claims.compare("close", "q", SLOW, closer)
     claims.save()
     rewrite_first_claim(ratio=1.03, low=1.01, high=1.05)
     glued, glue = collect()
@@ -138,7 +142,7 @@ def test_a_withheld_claim_names_the_band_its_interval_crosses():
 
     assert glued["close_verdict"] == "withheld"
     said = verdict_parts(glued["close"])
-    assert (said["form"], said["fast"], said["band"]) == ("withheld", "a bit faster", 0.03)
+    assert (said["form"], said["fast"], said["band"]) == ("withheld", closer.label, 0.03)
     assert (said["low"], said["ratio"], said["high"]) == (1.01, 1.03, 1.05)
     assert glued["claims_withheld"] == 1
 
@@ -154,7 +158,7 @@ def test_the_box_holds_headline_claims_and_the_full_table_all():
 
     assert glued["claims_found"].data.splitlines() == [f"- the headline: {glued['headline']}"]
     assert list(glued["claims_all"].index) == ["the headline", "a detail"]
-    assert glued["tie_band_pct"] == pytest.approx(3.0)
+    assert glued[BAND_PCT] == pytest.approx(3.0)
     assert glued["claims_all"].loc["a detail", "verdict"] == "tie"
     assert glued["claims_all"].loc["a detail", "result"] == glued["detail"]
     assert verdict_parts(glued["detail"])["form"] == "tie"
@@ -206,13 +210,13 @@ def test_an_a_a_control_widens_the_band_of_its_claim_only():
 
     assert with_control.tie_band == pytest.approx(1.08 / 1.00 - 1)
     assert (with_control.verdict, without.verdict) == ("tie", "faster")
-    assert (with_control.widened_by, without.widened_by) == ("an A/A control", "")
+    assert (with_control.widened_by, without.widened_by) == (BY_CONTROL, "")
     assert without.tie_band == 0.03 and with_control.build_band == 0.03
     claims.save()
     glued, glue = collect()
     glue_claims("03_torch_compile", glue=glue)
-    assert glued["tie_band_pct"] == pytest.approx(3.0)  # the chapter's band, not a widened one
-    assert glued["tie_band_range"] == "[0.971, 1.030]"
+    assert glued[BAND_PCT] == pytest.approx(3.0)  # the chapter's band, not a widened one
+    assert glued[RANGE] == "[0.971, 1.030]"
 
 
 def test_a_control_from_another_compare_call_is_refused():
@@ -263,17 +267,17 @@ def test_glue_noise_counts_noisy_and_extended_timings():
 
 def test_one_comparison_asked_twice_is_one_claim_under_two_names():
     claims = Claims("05_vit_training", TieBand(0.03))
-    first = claims.compare("best_jax_vs_torch", "best against best", SLOW, FAST, headline=True)
-    again = claims.compare("fused_jax_vs_torch", "the API pairing", SLOW, FAST)
+    first = claims.compare(BEST, "best against best", SLOW, FAST, headline=True)
+    again = claims.compare(FUSED, "the API pairing", SLOW, FAST)
     claims.save()
     glued, glue = collect()
 
     glue_claims("05_vit_training", glue=glue)
 
-    assert again is claims.claims["best_jax_vs_torch"] and first.claim_id == again.claim_id
-    assert list(load_claims("05_vit_training")["claim_id"]) == ["best_jax_vs_torch"]
-    assert glued["fused_jax_vs_torch"] == glued["best_jax_vs_torch"]
-    assert glued["fused_jax_vs_torch_verdict"] == "faster"
+    assert again is claims.claims[BEST] and first.claim_id == again.claim_id
+    assert list(load_claims("05_vit_training")["claim_id"]) == [BEST]
+    assert glued[FUSED] == glued[BEST]
+    assert glued[f"{FUSED}_verdict"] == "faster"
 
 
 def test_another_page_cites_a_claim_instead_of_measuring_it_again():
@@ -282,11 +286,11 @@ def test_another_page_cites_a_claim_instead_of_measuring_it_again():
     claims.save()
     glued, glue = collect()
 
-    cited = cite("03_torch_compile", "char_inductor_fp32", as_key="char_inductor", glue=glue)
+    cited = cite("03_torch_compile", "char_inductor_fp32", as_key=CITED, glue=glue)
 
-    assert cited == glued and glued["char_inductor_verdict"] == "faster"
-    assert verdict_parts(glued["char_inductor"])["fast"] == "vmap"
-    assert glued["char_inductor_question"] == "GPT char: inductor against eager"
+    assert cited == glued and glued[f"{CITED}_verdict"] == "faster"
+    assert verdict_parts(glued[CITED])["fast"] == "vmap"
+    assert glued[f"{CITED}_question"] == load_claims("03_torch_compile")["question"].iat[0]
     with pytest.raises(KeyError, match="run 03_torch_compile first"):
         cite("03_torch_compile", "vocab_inductor_fp32", glue=glue)
 

@@ -34,6 +34,12 @@ NUMBA_CONFLICT_PREAMBLE = ("ERROR: pip's dependency resolver does not currently 
                            "source of the following dependency conflicts.")
 NUMBA_CONFLICT = ("numba 0.61.2 requires numpy<2.3,>=1.24, but you have numpy 2.5.5 which is "
                   "incompatible.")
+REPO = "https://example.org/book"
+# What the cell installs on Colab's images, at the book's pins.
+JAX_FAMILY = ["flax==0.12.12", "jax[{}]==0.12.0.1", "jaxlib==0.12.0.1", "numpy==2.5.5"]
+GPU_INSTALL = [p.format("cuda12") for p in JAX_FAMILY]
+CPU_INSTALL = [p.format("cpu") for p in JAX_FAMILY] + ["nvidia-ml-py==13.615.71", "triton==3.9.0"]
+REPLACED = {"flax": "0.11.2", "jax": "0.7.2", "jaxlib": "0.7.2", "numpy": "2.1.3"}
 
 
 def test_every_dependency_has_a_pin_and_every_pin_meets_its_minimum():
@@ -48,16 +54,14 @@ def test_colab_keeps_its_torch_and_replaces_the_jax_family_and_numpy_keeping_the
 
     # Colab's JAX 0.7.2 and Flax 0.11.2 are older than the book's minimums, and its NumPy
     # 2.1.3 is older than the 2.2 that JAX 0.12 requires.
-    assert choice.install == ["flax==0.12.12", "jax[cuda12]==0.12.0.1", "jaxlib==0.12.0.1",
-                              "numpy==2.5.5"]
-    assert choice.replaced == {"flax": "0.11.2", "jax": "0.7.2", "jaxlib": "0.7.2",
-                               "numpy": "2.1.3"}
+    assert choice.install == GPU_INSTALL
+    assert choice.replaced == REPLACED
     assert choice.kept["torch"] == "2.11.0+cu128"  # a local CUDA label still compares
     assert set(choice.kept) == set(MINIMUM) - {"flax", "jax", "jaxlib", "numpy"}
     summary = choice.summary(MINIMUM)
-    assert ("Installing: flax==0.12.12 jax[cuda12]==0.12.0.1 jaxlib==0.12.0.1 "
-            "numpy==2.5.5.") in summary
-    assert "Replacing: flax 0.11.2, jax 0.7.2, jaxlib 0.7.2, numpy 2.1.3 (" in summary
+    assert f"Installing: {' '.join(GPU_INSTALL)}." in summary
+    replacing = ", ".join(f"{name} {version}" for name, version in REPLACED.items())
+    assert f"Replacing: {replacing} (" in summary
 
 
 def test_a_numpy_that_jax_accepts_is_kept_below_the_pin():
@@ -116,11 +120,9 @@ def test_colabs_cpu_runtime_keeps_its_cpu_torch_and_adds_triton_and_the_jax_fami
     """Colab's CPU image has torch 2.11.0+cpu, no Triton and no nvidia-ml-py: the torch stays."""
     choice = colab.choose_packages(COLAB_CPU, MINIMUM, PINNED, torch_triton=None)
 
-    assert choice.install == ["flax==0.12.12", "jax[cpu]==0.12.0.1", "jaxlib==0.12.0.1",
-                              "numpy==2.5.5", "nvidia-ml-py==13.615.71", "triton==3.9.0"]
-    assert choice.kept["torch"] == "2.11.0+cpu"
-    assert choice.replaced == {"flax": "0.11.2", "jax": "0.7.2", "jaxlib": "0.7.2",
-                               "numpy": "2.1.3"}
+    assert choice.install == CPU_INSTALL
+    assert choice.kept["torch"] == COLAB_CPU["torch"]
+    assert choice.replaced == REPLACED
 
 
 def test_a_missing_triton_beside_a_kept_cuda_torch_is_the_one_that_torch_declares():
@@ -167,11 +169,13 @@ def test_a_dependency_without_a_pin_is_refused_by_name():
 
 
 def test_names_compare_as_pip_compares_them():
-    assert colab.canonical("nvidia_ml.py") == colab.canonical("NVIDIA-ML-py") == "nvidia-ml-py"
+    spellings = ("nvidia_ml.py", "NVIDIA-ML-py", "nvidia-ml-py")
+    assert {colab.canonical(name) for name in spellings} == {spellings[-1]}
 
 
 def test_the_newest_gpu_plugin_sets_the_flavour():
-    assert colab.jax_gpu_flavour({"jax-cuda12-plugin": "1", "jax-cuda13-plugin": "1"}) == "cuda13"
+    plugins = {f"jax-cuda{n}-plugin": "1" for n in (12, 13)}
+    assert colab.jax_gpu_flavour(plugins) == "cuda13"
     assert colab.jax_gpu_flavour({"jax": "0.7.2"}) is None
 
 
@@ -190,7 +194,7 @@ def test_a_failed_install_names_the_requirement_and_the_address(monkeypatch):
     monkeypatch.setattr(colab.subprocess, "run", lambda *a, **k: Failed())
     with pytest.raises(colab.SetUpError, match=r"(?s)flax==0.12.12.*No matching.*"
                        r"cloned from https://example\.org/book.*delete.*DEEPDIVE_REPO"):
-        colab.install(["flax==0.12.12"], "https://example.org/book", Path("/content/book"))
+        colab.install(["flax==0.12.12"], REPO, Path("/content/book"))
 
 
 def test_an_install_returns_pips_conflict_notes(monkeypatch):
@@ -199,8 +203,8 @@ def test_an_install_returns_pips_conflict_notes(monkeypatch):
 
     monkeypatch.setattr(colab.subprocess, "run", lambda *a, **k: Done())
     monkeypatch.setattr(colab.importlib, "invalidate_caches", lambda: None)
-    assert colab.install(["numpy==2.5.5"], "https://example.org/book",
-                         Path("/content/book")) == [NUMBA_CONFLICT]
+    notes = colab.install(["numpy==2.5.5"], REPO, Path("/content/book"))
+    assert notes == [NUMBA_CONFLICT]
 
 
 def test_what_pip_moved_beyond_the_request_is_named_with_both_versions():
@@ -210,9 +214,9 @@ def test_what_pip_moved_beyond_the_request_is_named_with_both_versions():
     requested = colab.choose_packages(before, MINIMUM, PINNED).install
 
     # NumPy moved too, but the cell asked for it.
-    assert colab.moved_beyond(requested, before, after) == {
-        "jax-cuda12-pjrt": ("0.7.2", "0.12.0.1"), "jax-cuda12-plugin": ("0.7.2", "0.12.0.1"),
-        "ml-dtypes": ("0.4.1", "0.6.0")}
+    moved = {name: (before[name], after[name])
+             for name in ("jax-cuda12-pjrt", "jax-cuda12-plugin", "ml-dtypes")}
+    assert colab.moved_beyond(requested, before, after) == moved
     assert colab.moved_beyond(["Flax==1"], {"flax": "0"}, {"ml_dtypes": "1"}) == {
         "ml_dtypes": (None, "1")}
 
@@ -228,7 +232,7 @@ def test_the_scale_is_chosen_in_a_fresh_process_and_its_refusal_surfaces(monkeyp
 
 def test_a_folder_that_is_not_a_clone_of_the_address_is_refused(tmp_path):
     with pytest.raises(colab.SetUpError, match=r"holds no git clone, not a clone of .*delete"):
-        colab.check_clone(tmp_path, "https://example.org/book")
+        colab.check_clone(tmp_path, REPO)
 
 
 @pytest.fixture
@@ -265,16 +269,18 @@ def test_set_up_restarts_when_pip_replaced_something_already_imported(colab_runt
     monkeypatch.setitem(colab.sys.modules, "jax_plugins", object())
     monkeypatch.setitem(colab.sys.modules, "numpy", colab.sys.modules.get("numpy", object()))
 
-    assert colab.set_up(ROOT, "https://example.org/book") == "restarting"
-    assert colab_runtime["install"] == [["flax==0.12.12", "jax[cuda12]==0.12.0.1",
-                                         "jaxlib==0.12.0.1", "numpy==2.5.5"]]
+    outcome = colab.set_up(ROOT, REPO)
+    assert outcome == "restarting"
+    assert colab_runtime["install"] == [GPU_INSTALL]
     assert colab_runtime["restart"] == 1
     printed = capsys.readouterr().out
-    assert "Replacing: flax 0.11.2, jax 0.7.2, jaxlib 0.7.2, numpy 2.1.3 (" in printed
-    assert ("pip also moved, as what it installed requires: jax-cuda12-plugin 0.7.2 -> "
-            "0.12.0.1, ml-dtypes 0.4.1 -> 0.6.0.") in printed
+    for name, old in REPLACED.items():
+        assert f"{name} {old}" in printed
+    assert "jax-cuda12-plugin 0.7.2 -> 0.12.0.1" in printed  # what pip moved unasked
+    assert "ml-dtypes 0.4.1 -> 0.6.0" in printed
     assert NUMBA_CONFLICT in printed
-    assert "Restarting the runtime: jax-cuda12-plugin, numpy had been imported" in printed
+    restarting = printed[printed.index("Restarting"):]
+    assert "jax-cuda12-plugin, numpy" in restarting.splitlines()[0]
 
 
 def test_set_up_refuses_an_old_python_before_installing_anything(colab_runtime, monkeypatch):
@@ -282,7 +288,7 @@ def test_set_up_refuses_an_old_python_before_installing_anything(colab_runtime, 
     monkeypatch.setattr(colab, "installed_versions", lambda: COLAB_GPU)
 
     with pytest.raises(colab.SetUpError, match=r"Python 3\.11\.13.*needs Python >=3\.12"):
-        colab.set_up(ROOT, "https://example.org/book")
+        colab.set_up(ROOT, REPO)
     assert colab_runtime == {"install": [], "restart": 0}
 
 
@@ -291,10 +297,11 @@ def test_set_up_without_a_replaced_import_sets_the_scale_and_the_workers_path(co
     current = dict(COLAB_GPU, **AT_PINS)
     monkeypatch.setattr(colab, "installed_versions", lambda: current)
 
-    assert colab.set_up(ROOT, "https://example.org/book") == "medium"
+    scale = colab.set_up(ROOT, REPO)
+    assert scale == "medium"
     assert colab_runtime == {"install": [], "restart": 0}
     assert colab.os.environ["DEEPDIVE_SCALE"] == "medium"
     assert colab.os.environ["PYTHONPATH"].split(colab.os.pathsep)[0] == str(ROOT / "src")
     assert Path.cwd() == ROOT / "notebooks"
-    colab.set_up(ROOT, "https://example.org/book")  # run again: the path is not repeated
+    colab.set_up(ROOT, REPO)  # run again: the path is not repeated
     assert colab.os.environ["PYTHONPATH"].count(str(ROOT / "src")) == 1

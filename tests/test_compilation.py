@@ -58,9 +58,9 @@ def test_entry_kernels_names_each_kernels_kind_and_skips_what_launches_nothing()
 
 
 def test_describe_kernels_counts_them_by_kind_for_the_prose():
-    assert describe_kernels(entry_kernels(HLO)) == (
-        "1 loop fusion, 1 library call (__cublas$gemm), 1 custom fusion (__ynn_fusion), "
-        "1 unfused op (copy), 1 input fusion")
+    kinds = ["1 loop fusion", "1 library call (__cublas$gemm)", "1 custom fusion (__ynn_fusion)",
+             "1 unfused op (copy)", "1 input fusion"]
+    assert describe_kernels(entry_kernels(HLO)).split(", ") == kinds
     assert describe_kernels([Kernel("a", "loop"), Kernel("b", "loop")]) == "2 loop fusions"
     assert describe_kernels([]) == "no kernels"
 

@@ -52,7 +52,8 @@ def test_gpu_scales_need_a_gpu_both_frameworks_see(requested):
 
 def test_full_needs_a_data_centre_gpus_memory_and_names_medium():
     assert choose("full", H100, True, True) == "full"
-    assert choose("full", ("NVIDIA A100-SXM4-40GB", 42_405_855_232), True, True) == "full"
+    a100_40gb = ("NVIDIA A100-SXM4-40GB", 42_405_855_232)
+    assert choose("full", a100_40gb, True, True) == "full"
     with pytest.raises(ValueError, match="Tesla T4 has 15.0 GiB.*DEEPDIVE_SCALE=medium"):
         choose("full", T4, True, True)
     assert choose("medium", T4, True, True) == "medium"
@@ -112,8 +113,8 @@ def test_jax_sees_the_gpu_only_through_a_gpu_plugin(monkeypatch):
     assert env.jax_sees_gpu() is False
     monkeypatch.delitem(sys.modules, "jax")
     assert env.jax_sees_gpu() is False
-    assert env._JAX_GPU_PLUGINS.match("jax-cuda13-plugin")
-    assert env._JAX_GPU_PLUGINS.match("jax_cuda12_pjrt")
+    plugins = ("jax-cuda13-plugin", "jax_cuda12_pjrt")
+    assert all(map(env._JAX_GPU_PLUGINS.match, plugins))
     assert not env._JAX_GPU_PLUGINS.match("jax")
 
 
@@ -181,10 +182,12 @@ def test_describe_reports_machine_versions_scale_and_threads(monkeypatch):
     # the package's metadata: PyPI's CUDA wheel says "2.15.0" where torch.__version__ adds
     # "+cu132" (the CUDA build is its own row); a local CPU wheel says "2.13.0+cpu" in both
     assert torch.__version__.split("+")[0] == found["version torch"].split("+")[0]
-    assert found["cuda (torch build)"] == torch.version.cuda
+    cuda_row = "cuda (torch build)"
+    assert found[cuda_row] == torch.version.cuda
     assert found["version jax"] == jax.__version__
     assert found["scale"] == "small"
-    assert found["torch intra-op threads"] == torch.get_num_threads()
+    intra_op = "torch intra-op threads"
+    assert found[intra_op] == torch.get_num_threads()
     assert found["os.cpu_count"] == os.cpu_count()
     assert found["jax backend"] == jax.default_backend()
 
@@ -198,10 +201,11 @@ def test_describe_reports_the_precision_settings_in_force():
     finally:
         torch.set_float32_matmul_precision(before)
 
-    assert found["torch float32_matmul_precision"] == "high"
-    assert found["torch cuda.matmul.allow_tf32"] is True  # "high" lets matmuls use TF32
-    assert found["jax default_matmul_precision"] == "highest"
-    assert found["jax enable_x64"] is False
+    torch_rows = ("float32_matmul_precision", "cuda.matmul.allow_tf32")
+    jax_rows = ("default_matmul_precision", "enable_x64")
+    # "high" lets matmuls use TF32
+    assert [found[f"torch {row}"] for row in torch_rows] == ["high", True]
+    assert [found[f"jax {row}"] for row in jax_rows] == ["highest", False]
 
 
 def test_helpers_import_no_framework_so_precision_reports_none():
@@ -315,7 +319,8 @@ def test_fresh_inductor_cache_is_a_new_folder_under_build_seeded_with_the_isa_ch
     second = env.fresh_inductor_cache("03_torch_compile")
 
     assert first != second
-    assert sorted(p.name for p in first.iterdir()) == ["isa_check.so"]  # no graph, no kernel
+    isa_check = "isa_check.so"
+    assert sorted(p.name for p in first.iterdir()) == [isa_check]  # no graph, no kernel
     assert first.parent == tmp_path / "_build" / "inductor-cache"
     assert first.name.startswith("03_torch_compile-")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(second)
@@ -370,8 +375,9 @@ def test_frameworks_on_different_devices_are_refused_with_the_fix(torch_kind, ja
     problem = env.device_mismatch(torch_kind, jax_backend)
 
     assert problem is not None and fix in problem
+    hide_the_gpu = "CUDA_VISIBLE_DEVICES=''"
     if "cuda" in (torch_kind, jax_backend) or jax_backend == "gpu":
-        assert "CUDA_VISIBLE_DEVICES=''" in problem
+        assert hide_the_gpu in problem
 
 
 def test_an_unknown_torch_device_kind_is_a_clear_error():
@@ -392,7 +398,8 @@ def test_jax_is_told_not_to_reserve_the_gpu_before_it_starts(monkeypatch):
     monkeypatch.delitem(sys.modules, "jax", raising=False)
     env.let_jax_share_the_gpu()
 
-    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    preallocate = "XLA_PYTHON_CLIENT_PREALLOCATE"
+    assert os.environ[preallocate] == "false"
 
 
 def test_sharing_the_gpu_is_refused_once_jax_is_imported():

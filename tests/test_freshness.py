@@ -50,7 +50,8 @@ def test_the_sites_cache_key_holds_what_the_numbers_depend_on():
 
 
 def test_the_sites_cache_keeps_the_results_with_the_executed_notebooks():
-    assert set(workflow_cache()["path"].split()) == {"_build/.jupyter_cache", "_build/results"}
+    kept = {"_build/.jupyter_cache", "_build/results"}
+    assert set(workflow_cache()["path"].split()) == kept
 
 
 def test_a_fallback_cache_must_come_from_the_same_helpers_and_pins():
@@ -63,7 +64,8 @@ def test_a_fallback_cache_must_come_from_the_same_helpers_and_pins():
 def test_every_build_gets_an_id_from_make():
     makefile = (ROOT / "Makefile").read_text()
 
-    assert "export DEEPDIVE_BUILD_ID" in makefile
+    exported = "export DEEPDIVE_BUILD_ID"
+    assert exported in makefile
 
 
 def test_sphinx_rereads_exactly_the_pages_that_force_their_execution():
@@ -113,8 +115,9 @@ def test_the_xla_fingerprint_moves_with_each_thing_the_page_runs_on(tmp_path):
     before = xla_deps.fingerprint(tmp_path, {})
 
     assert xla_deps.fingerprint(tmp_path, {}) == before
-    assert xla_deps.fingerprint(tmp_path, {"DEEPDIVE_SKIP_XLA": "1"}) != before
-    assert xla_deps.fingerprint(tmp_path, {"DEEPDIVE_XLA_PYTHON": "/x/python"}) != before
+    skip, other_python = xla_deps.SWITCHES
+    assert xla_deps.fingerprint(tmp_path, {skip: "1"}) != before
+    assert xla_deps.fingerprint(tmp_path, {other_python: "/x/python"}) != before
     for name in xla_deps.DEPENDS_ON:
         (tmp_path / name).write_text("two")
         assert xla_deps.fingerprint(tmp_path, {}) != before, name

@@ -77,8 +77,9 @@ def relative_error(value, reference):
 
 def test_strict_fp32_has_no_tf32_in_matmuls_or_cudnn_convolutions(strict_fp32):
     """TF32 keeps 10 mantissa bits, an error near 1e-4 to 1e-3 on these; fp32 one near 1e-6."""
-    assert strict_fp32 == {"float32_matmul_precision": "highest",
-                           "cuda.matmul.allow_tf32": False, "cudnn.allow_tf32": False}
+    strict = {"float32_matmul_precision": "highest", "cuda.matmul.allow_tf32": False,
+              "cudnn.allow_tf32": False}
+    assert strict_fp32 == strict
     generator = torch.Generator().manual_seed(0)
     a, b = (torch.randn(1024, 1024, generator=generator) for _ in range(2))
     images = torch.randn(8, 3, 224, 224, generator=generator)

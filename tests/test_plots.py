@@ -33,7 +33,8 @@ def test_use_house_style_sets_rcparams():
         use_house_style()
 
         assert matplotlib.rcParams["axes.grid"] is True
-        assert matplotlib.rcParams["axes.spines.top"] is False
+        top_spine = "axes.spines.top"
+        assert matplotlib.rcParams[top_spine] is False
         assert matplotlib.rcParams["figure.facecolor"] == "white"
 
 
@@ -95,8 +96,9 @@ def test_caption_adds_its_text_to_the_figure():
     fig = agg_figure()
     fig.subplots()
 
-    caption(fig, "Built on a test machine")
+    line = "Built on a test machine"
+    caption(fig, line)
     fig.canvas.draw()
 
-    assert [t.get_text() for t in fig.texts] == ["Built on a test machine"]
+    assert [t.get_text() for t in fig.texts] == [line]
     assert fig.subplotpars.bottom >= 0.2  # room below the axes, so it does not overlap

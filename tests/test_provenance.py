@@ -10,6 +10,8 @@ from deepdive.book.results import Results
 from deepdive.core.timing import Timing
 from deepdive.core.verdict import TieBand
 
+H100 = "NVIDIA H100 80GB HBM3"
+
 
 @pytest.fixture(autouse=True)
 def results_in_tmp(tmp_path, monkeypatch):
@@ -96,7 +98,7 @@ def test_work_that_ran_on_the_cpu_is_labelled_so_where_a_gpu_is_present(monkeypa
     a = Timing("a", np.full(15, 1e-3), calls_per_block=1, first_call=0.0, session=3)
     claim = claims.compare("b_vs_a", "q: b against a", a, a)
 
-    assert env.device_label() == "NVIDIA H100 80GB HBM3"
+    assert env.device_label() == H100
     assert env.is_cpu_label(records.frame()["device"].iat[0])
     assert env.is_cpu_label(claim.device)
     assert Results("x").frame().empty and Claims("x", TieBand(0.05))._device == \

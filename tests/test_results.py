@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deepdive.book.results import COLUMNS, Results, glue, load
+from deepdive.book.results import COLUMNS, GLUE_PREFIX, Results, glue, load
 from deepdive.core import env
 from deepdive.core.env import results_dir
 from deepdive.core.timing import Timing
@@ -49,7 +49,7 @@ def test_save_then_load_round_trips_the_records(results_in_tmp):
 
     path = results.save()
 
-    assert path == results_in_tmp / "02_jit_xla.csv"
+    assert path == results_in_tmp / f"{results.chapter}.csv"
     loaded = load("02_jit_xla")
     assert list(loaded.columns) == list(COLUMNS)
     pd.testing.assert_frame_equal(loaded, results.frame())
@@ -100,7 +100,7 @@ def test_glue_gives_numpy_scalars_the_text_of_plain_numbers(glued, value, text):
 
     (output,) = glued
     assert output["metadata"]["scrapbook"]["name"] == "speedup"
-    assert output["data"]["application/papermill.record/text/plain"] == text
+    assert output["data"][f"{GLUE_PREFIX}text/plain"] == text
 
 
 @pytest.mark.parametrize("value", [2.5, "a sentence", pd.DataFrame({"a": [1, 2]})],

@@ -158,8 +158,8 @@ def test_measure_tie_band_reports_its_evidence_and_a_plausible_width():
     band = measure_tie_band(frameworks=("torch",))
 
     frame = band.frame()
-    assert set(frame["workload"]) == {"torch tiny elementwise", "torch 256x256 matmul",
-                                      "torch 1024x1024 matmul"}
+    workloads = {"torch tiny elementwise", "torch 256x256 matmul", "torch 1024x1024 matmul"}
+    assert set(frame["workload"]) == workloads
     assert len(frame) == 9  # three copies: three pairs of each workload
     assert 0 < band.width < 1  # copies of one workload differ by less than 2x
     # The band is one of the pairs' own reaches, and contains nine in ten of them.

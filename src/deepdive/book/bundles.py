@@ -31,9 +31,9 @@ from pathlib import Path
 from deepdive.book import claim_ids, claims, provenance, results
 from deepdive.core import env
 
-__all__ = ["BUILD_FIELDS", "BUILD_FILE", "MAX_BYTES", "RESULTS_FOLDER", "VERSION_NAMES", "Bundle",
-           "BundleError", "builds_dir", "bundle_name", "claim_columns", "describe_build",
-           "load", "load_all", "main", "write"]
+__all__ = ["BUILD_FIELDS", "BUILD_FILE", "MAX_BYTES", "RESULTS_FOLDER", "TWO_BANDS",
+           "VERSION_NAMES", "Bundle", "BundleError", "builds_dir", "bundle_name", "claim_columns",
+           "describe_build", "load", "load_all", "main", "write"]
 
 BUILD_FILE = "build.json"
 RESULTS_FOLDER = "results"
@@ -198,6 +198,9 @@ def describe_build(folder: Path | None = None, notes: str = "", strict: bool = T
             "notes": "; ".join(filter(None, [notes, *problems]))}
 
 
+TWO_BANDS = "their claims were decided against two calibrations"
+
+
 def _build_band(saved, kind: str) -> tuple[float, str]:
     """claims.csv's build band on the build's device (the CPU's band is another one on a GPU
     build: its chapters that ran on the CPU anyway were decided against it), and a sentence
@@ -208,9 +211,9 @@ def _build_band(saved, kind: str) -> tuple[float, str]:
     bands = sorted(set(rounded))
     named = "; ".join(f"{b} ({', '.join(dict.fromkeys(rows['chapter'][rounded == b]))})"
                       for b in bands)
-    return bands[-1], (f"{claims.FILE_NAME}: chapters disagree on build_band: {named}, so "
-                       "their claims were decided against two calibrations"
-                       if len(bands) > 1 else "")
+    if len(bands) == 1:
+        return bands[-1], ""
+    return bands[-1], f"{claims.FILE_NAME}: chapters disagree on build_band: {named}; {TWO_BANDS}"
 
 
 def _folder_bytes(folder: Path) -> int:

@@ -30,9 +30,9 @@ from deepdive.core import allocator, env, flops
 from deepdive.core.env import results_dir
 from deepdive.core.verdict import TieBand, measure_tie_band
 
-__all__ = ["FILE_NAME", "PEAK_DTYPES", "Calibration", "Key", "current", "describe", "device_kinds",
-           "load", "main", "measure", "path", "peak", "save", "slowness", "this_key",
-           "tie_band"]
+__all__ = ["FILE_NAME", "NONE_SAVED", "PEAK_DTYPES", "Calibration", "Key", "current", "describe",
+           "device_kinds", "load", "main", "measure", "path", "peak", "save", "slowness",
+           "this_key", "tie_band"]
 
 FILE_NAME = "calibration.json"
 PEAK_DTYPES = ("fp32", "bf16")
@@ -124,7 +124,7 @@ def _cpu_peak(dtype: str) -> dict:
     if torch_peak.flops_per_s >= jax_rate:
         best, source = torch_peak.flops_per_s, torch_peak.source + emulated
     else:
-        best, source = jax_rate, f"measured on this machine: JAX 1024^3 {dtype} matmul{emulated}"
+        best, source = jax_rate, f"{flops.MEASURED}: JAX 1024^3 {dtype} matmul{emulated}"
     return {"flops_per_s": best, "source": f"{source} (this build's calibration)",
             "torch": torch_peak.flops_per_s, "jax": jax_rate}
 
@@ -189,14 +189,17 @@ def slowness() -> float:
     return plan.slowness(current().cpu_peak("fp32").flops_per_s)
 
 
+NONE_SAVED = "none saved yet: the first page to run measures it"
+
+
 def describe() -> str:
     """Which build measured the saved calibration, when, and its CPU band, for the
     Reproduce page; or that none is saved yet."""
     saved = load()
     if saved is None:
-        return "none saved yet: the first page to run measures it"
+        return NONE_SAVED
     bands = ", ".join(f"{kind} ±{100 * band.width:.1f}%" for kind, band in saved.bands.items())
-    return f"tie band {bands}, measured by build {saved.build_id} at {saved.measured_at}"
+    return f"tie band {bands}, by build {saved.build_id} at {saved.measured_at}"
 
 
 def main() -> None:

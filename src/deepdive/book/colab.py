@@ -30,10 +30,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JAX_PLUGIN", "MOVES_WITH", "RUNTIME_FILE", "PackageChoice", "SetUpError", "canonical",
-           "check_clone", "check_python", "choose_packages", "imported_among", "install",
-           "installed_versions", "jax_gpu_flavour", "minimums", "moved_beyond", "pick_scale",
-           "pins", "required_python", "restart_runtime", "set_up", "torch_declared_triton"]
+__all__ = ["ADDRESS_HINT", "JAX_PLUGIN", "MOVES_WITH", "PIP_CONFLICT", "RUNTIME_FILE",
+           "PackageChoice", "SetUpError", "canonical", "check_clone", "check_python",
+           "choose_packages", "imported_among", "install", "installed_versions", "jax_gpu_flavour",
+           "minimums", "moved_beyond", "pick_scale", "pins", "required_python", "restart_runtime",
+           "set_up", "torch_declared_triton"]
 
 try:
     from packaging.requirements import Requirement
@@ -198,10 +199,16 @@ def imported_among(replaced: Iterable[str], modules: Iterable[str],
                    if canonical(dist) in replaced})
 
 
+# How to point the first cell at another copy of the book, said with every set-up error.
+ADDRESS_HINT = ("The book was cloned from {repo} into {book}. To use another copy, delete that "
+                "folder, set the address (%env DEEPDIVE_REPO=https://github.com/<you>/<fork>, or "
+                "a file:// path) and run this cell again.")
+# pip's note of a preinstalled package left without what it declares.
+PIP_CONFLICT = re.compile(r" requires .+, but you have .+ which is incompatible")
+
+
 def _address_hint(repo: str, book: Path) -> str:
-    return (f"The book was cloned from {repo} into {book}. To use another copy, delete that "
-            "folder, set the address (%env DEEPDIVE_REPO=https://github.com/<you>/<fork>, or "
-            "a file:// path) and run this cell again.")
+    return ADDRESS_HINT.format(repo=repo, book=book)
 
 
 def check_clone(book: Path, repo: str) -> None:
@@ -228,7 +235,7 @@ def install(requirements: list[str], repo: str, book: Path) -> list[str]:
                          + _address_hint(repo, book))
     importlib.invalidate_caches()
     return [line.strip() for line in f"{done.stdout}\n{done.stderr}".splitlines()
-            if re.search(r" requires .+, but you have .+ which is incompatible", line)]
+            if PIP_CONFLICT.search(line)]
 
 
 def moved_beyond(requested: Iterable[str], before: Mapping[str, str],

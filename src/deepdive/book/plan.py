@@ -149,10 +149,11 @@ def cpu_target(name: str, threads: int, memory: float) -> Target:
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     noun = "thread" if threads == 1 else "threads"
+    flops_s, bytes_s = CPU_FLOPS_PER_THREAD / 1e9, CPU_BANDWIDTH_PER_THREAD / 1e9
+    rates = f"{flops_s:.0f} GFLOP/s and {bytes_s:.0f} GB/s"
     return Target(f"{name}, {threads} {noun}", "cpu", memory,
                   CPU_BANDWIDTH_PER_THREAD * threads, {"fp32": CPU_FLOPS_PER_THREAD * threads},
-                  f"assumed {CPU_FLOPS_PER_THREAD / 1e9:.0f} GFLOP/s and "
-                  f"{CPU_BANDWIDTH_PER_THREAD / 1e9:.0f} GB/s per thread")
+                  f"assumed {rates} per thread")
 
 
 def compile_seconds(kind: str, device: str, layers: int = 0) -> float:

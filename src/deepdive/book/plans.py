@@ -456,7 +456,7 @@ def _gpt_twin_works(s: GPTSizes, target: Target) -> list[Work]:
 def _compile_works(s: None, target: Target) -> list[Work]:
     """The tiny function, recompiles, graph breaks and the MLP block's modes; the GPT
     benchmark moved to chapter 4 (`_gpt_twin_works`)."""
-    return [Work("tiny function, recompiles, graph breaks, MLP modes",
+    return [Work("tiny function, recompiles, breaks, MLP",
                  alike(12, Call(dispatches=10)),
                  compile_s=20 * compile_seconds("torch.compile", target.kind)
                  + (2 * compile_seconds("max-autotune", target.kind)
@@ -556,7 +556,7 @@ def _xla_works(s: ViTSizes, target: Target) -> list[Work]:
     calls = tuple(Call(vit_step_flops(s, b), dispatches=40 * layers) for _ in range(7))
     compile_s = (5 * compile_seconds("torch_xla", target.kind, layers)
                  + 4 * compile_seconds("jax.jit", target.kind, layers))
-    return [Work(f"ViT training step, seven routes, batch {b}", calls, compile_s=compile_s,
+    return [Work(f"ViT step, seven routes, batch {b}", calls, compile_s=compile_s,
                  min_calls=s.min_steps, memory=7 * 16 * s.parameters
                  + 2 * vit_activation_bytes(s, b))]
 

@@ -29,8 +29,8 @@ import platform
 import re
 from pathlib import Path
 
-__all__ = ["DEFAULTS", "DEFAULTS_ENV", "KEEP", "KEEP_ENV", "KEPT", "child_env", "describe",
-           "is_glibc", "keep_freed_memory", "preloaded", "restore_trim_threshold",
+__all__ = ["DEFAULTS", "DEFAULTS_ENV", "KEEP", "KEEP_ENV", "KEPT", "PRELOADED", "child_env",
+           "describe", "is_glibc", "keep_freed_memory", "preloaded", "restore_trim_threshold",
            "serves_from_heap"]
 
 # glibc's mallopt parameter numbers (malloc.h).
@@ -101,6 +101,10 @@ def _from_environment() -> bool:
     return all(os.environ.get(variable) == value for variable, value in KEEP_ENV.items())
 
 
+# Said of an allocator preloaded in glibc's place (tcmalloc, jemalloc).
+PRELOADED = "(preloaded; glibc's settings do not apply)"
+
+
 def describe() -> str:
     """The allocator regime in force in this process, in words: `KEPT` with its settings,
     `DEFAULTS`, or the allocator that replaces glibc's."""
@@ -108,7 +112,7 @@ def describe() -> str:
         return f"not glibc ({platform.system()}'s allocator)"
     other = preloaded()
     if other:
-        return f"{other} (preloaded; glibc's settings do not apply)"
+        return f"{other} {PRELOADED}"
     if _applied == KEEP or (not _applied and _from_environment() and serves_from_heap()):
         settings = ", ".join(f"{name} {_size(value)}" for name, value in KEEP.items())
         return f"{KEPT} ({settings})"

@@ -15,11 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["CPU_BUILD_THREADS", "FRAMEWORK_DISTRIBUTIONS", "FULL_MIN_GPU_BYTES", "ISA_PROBE_FOLDER",
-           "SCALES", "IsaProbe", "available_cores", "bf16_native", "book_root", "choose_scale",
-           "compute_threads", "cpu_flags", "cpu_label", "cpu_model", "describe", "device_label",
-           "device_mismatch", "devices", "fresh_inductor_cache", "git_commit", "gpu_memory",
-           "gpu_name", "inductor_isa_probe", "is_cpu_label", "jax_sees_gpu",
+__all__ = ["CPU_BUILD_THREADS", "DATE_FORMAT", "FRAMEWORK_DISTRIBUTIONS", "FULL_MIN_GPU_BYTES",
+           "ISA_PROBE_FOLDER", "SCALES", "IsaProbe", "available_cores", "bf16_native", "book_root",
+           "choose_scale", "compute_threads", "cpu_flags", "cpu_label", "cpu_model", "describe",
+           "device_label", "device_mismatch", "devices", "fresh_inductor_cache", "git_commit",
+           "gpu_memory", "gpu_name", "inductor_isa_probe", "is_cpu_label", "jax_sees_gpu",
            "let_jax_share_the_gpu", "pin_cpu_threads", "precision", "progress",
            "require_same_device", "results_dir", "scale", "threads", "torch_sees_gpu", "versions"]
 
@@ -344,6 +344,9 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+DATE_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
 def describe() -> dict[str, object]:
     """Everything a reader needs to reproduce a number: machine, versions, precision, scale.
 
@@ -353,7 +356,7 @@ def describe() -> dict[str, object]:
     import psutil
 
     return {
-        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": _dt.datetime.now(_dt.UTC).strftime(DATE_FORMAT),
         "git commit": git_commit(),
         "scale": scale(),
         "python": platform.python_version(),

@@ -14,12 +14,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DTYPES", "PEAK_SHAPES", "NoDatasheetPeak", "Peak", "bf16_is_native", "build_peak",
-           "datasheet_key", "device_peak", "gpt_flops_per_token", "jax_matmul_rate", "matmul_flops",
-           "measured_copy_bandwidth", "measured_cuda_peak", "measured_matmul_peak", "mfu",
-           "peak_flops", "torch_counted_flops", "vit_flops_per_image", "xla_counted_flops"]
+__all__ = ["DTYPES", "MEASURED", "PEAK_SHAPES", "NoDatasheetPeak", "Peak", "bf16_is_native",
+           "build_peak", "datasheet_key", "device_peak", "gpt_flops_per_token", "jax_matmul_rate",
+           "matmul_flops", "measured_copy_bandwidth", "measured_cuda_peak", "measured_matmul_peak",
+           "mfu", "peak_flops", "torch_counted_flops", "vit_flops_per_image", "xla_counted_flops"]
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
+# How a measured peak's source begins, so a page can tell it from a datasheet's.
+MEASURED = "measured on this machine"
 
 # Dense TFLOP/s by device and dtype; None where the part has no tensor-core path for the
 # dtype (Turing: no TF32, no BF16). Where a datasheet prints only figures "with sparsity",
@@ -227,8 +229,8 @@ def measured_matmul_peak(dtype: str = "fp32", device: str = "cpu",
         timing = measure(torch.mm, a, b, label=f"{m}x{k}x{n} {dtype} matmul")
         rates[(m, k, n)] = matmul_flops(m, k, n) / timing.median
     (m, k, n), best = max(rates.items(), key=lambda item: item[1])
-    return Peak(best, dtype, f"measured on this machine: best {dtype} torch.mm rate over "
-                             f"{len(rates)} shapes ({m}x{k}x{n})")
+    shapes_tried = f"over {len(rates)} shapes ({m}x{k}x{n})"
+    return Peak(best, dtype, f"{MEASURED}: best {dtype} torch.mm rate {shapes_tried}")
 
 
 def jax_matmul_rate(dtype: str = "fp32", n: int = 1024, device: str | None = None) -> float:
@@ -268,8 +270,7 @@ def build_peak(device: str, dtype: str, *, bf16_native: bool = True) -> Peak:
     emulated = "" if bf16_native or dtype != "bf16" else ", emulated bf16"
     if torch_peak.flops_per_s >= jax_rate:
         return Peak(torch_peak.flops_per_s, dtype, torch_peak.source + emulated)
-    return Peak(jax_rate, dtype,
-                f"measured on this machine: JAX 1024^3 {dtype} matmul{emulated}")
+    return Peak(jax_rate, dtype, f"{MEASURED}: JAX 1024^3 {dtype} matmul{emulated}")
 
 
 def bf16_is_native(cpu_flags: set[str], cuda_capability: tuple[int, int] | None) -> bool:

@@ -30,7 +30,7 @@ import numpy as np
 from deepdive.core import allocator
 from deepdive.core.sync import block
 
-__all__ = ["MemoryReading", "host_call_peak", "host_peak_rss", "is_out_of_memory",
+__all__ = ["TOOLS", "MemoryReading", "host_call_peak", "host_peak_rss", "is_out_of_memory",
            "jax_device_peak", "nvml_used", "psutil_rss_deltas", "step_peak", "torch_cuda_peak",
            "xla_memory_plan"]
 
@@ -48,6 +48,26 @@ class MemoryReading:
         return self.bytes / 2**20
 
 
+# Each tool, and what it counts: every reading carries both, so a page can say which it shows.
+TOOLS = {
+    "torch_cuda": ("torch.cuda.max_memory_allocated",
+                   "tensors allocated by this call through PyTorch's caching allocator"),
+    "jax_device": ("{platform} memory_stats()['peak_bytes_in_use']",
+                   "JAX buffers on this device since process start (not resettable)"),
+    "fresh_process": ("VmHWM - VmRSS in a fresh process (/proc/self/status)",
+                      "host memory the code added at its peak, all allocators and threads"),
+    "one_call": ("VmHWM - VmRSS around one call, after malloc_trim (this process)",
+                 "host memory the call added at its peak, all allocators and threads"),
+    "one_call_arenas": ("VmHWM - VmRSS around one call, after malloc_trim and trimmed thread "
+                        "arenas (this process)",
+                        "host memory the call added at its peak, all allocators and threads"),
+    "xla_plan": ("XLA memory_analysis(): temp + output - alias",
+                 "what the compiled step allocates beyond its donated inputs"),
+    "nvml": ("NVML nvmlDeviceGetMemoryInfo().used",
+             "the whole device: all processes, reserved and cached memory"),
+}
+
+
 def torch_cuda_peak(fn: Callable[[], object]) -> MemoryReading | None:
     """Peak CUDA memory that `fn()` allocated above what was allocated before it.
 
@@ -63,11 +83,7 @@ def torch_cuda_peak(fn: Callable[[], object]) -> MemoryReading | None:
     before = torch.cuda.memory_allocated()
     block(fn())
     torch.cuda.synchronize()
-    return MemoryReading(
-        torch.cuda.max_memory_allocated() - before,
-        "torch.cuda.max_memory_allocated",
-        "tensors allocated by this call through PyTorch's caching allocator",
-    )
+    return MemoryReading(torch.cuda.max_memory_allocated() - before, *TOOLS["torch_cuda"])
 
 
 def jax_device_peak(device=None) -> MemoryReading | None:
@@ -81,11 +97,9 @@ def jax_device_peak(device=None) -> MemoryReading | None:
     stats = device.memory_stats()
     if not stats or "peak_bytes_in_use" not in stats:
         return None
-    return MemoryReading(
-        int(stats["peak_bytes_in_use"]),
-        f"{device.platform} memory_stats()['peak_bytes_in_use']",
-        "JAX buffers on this device since process start (not resettable)",
-    )
+    tool, scope = TOOLS["jax_device"]
+    return MemoryReading(int(stats["peak_bytes_in_use"]), tool.format(platform=device.platform),
+                         scope)
 
 
 def xla_memory_plan(jitted: Callable, *args) -> dict[str, int]:
@@ -155,11 +169,7 @@ def host_peak_rss(run: str, setup: str = "", timeout_s: float = 600) -> MemoryRe
         raise RuntimeError(f"the measured code failed in its own process:\n{done.stderr[-2000:]}")
     line = next(x for x in done.stdout.splitlines() if x.startswith("DEEPDIVE_PEAK "))
     readings = json.loads(line.removeprefix("DEEPDIVE_PEAK "))
-    return MemoryReading(
-        readings["peak"] - readings["baseline"],
-        "VmHWM - VmRSS in a fresh process (/proc/self/status)",
-        "host memory the code added at its peak, all allocators and threads",
-    )
+    return MemoryReading(readings["peak"] - readings["baseline"], *TOOLS["fresh_process"])
 
 
 def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> MemoryReading:
@@ -206,11 +216,8 @@ def host_call_peak(fn: Callable[[], object], *, thread_arenas: bool = False) -> 
     finally:
         if thread_arenas:
             allocator.restore_trim_threshold(libc)
-    scope = "host memory the call added at its peak, all allocators and threads"
     return MemoryReading(peak - before,
-                         "VmHWM - VmRSS around one call, after malloc_trim"
-                         + (" and trimmed thread arenas" if thread_arenas else "")
-                         + " (this process)", scope)
+                         *TOOLS["one_call_arenas" if thread_arenas else "one_call"])
 
 
 # glibc's mallopt parameter number for the trim threshold (malloc.h).
@@ -237,9 +244,7 @@ def step_peak(framework: str, device: str, run: Callable[[], object],
     if xla_plan is None:
         raise ValueError("a JAX step on a GPU needs xla_plan: its device peak cannot be reset")
     plan = xla_plan()
-    return MemoryReading(plan["temp"] + plan["output"] - plan["alias"],
-                         "XLA memory_analysis(): temp + output - alias",
-                         "what the compiled step allocates beyond its donated inputs")
+    return MemoryReading(plan["temp"] + plan["output"] - plan["alias"], *TOOLS["xla_plan"])
 
 
 def _rss(field: str) -> int:
@@ -300,5 +305,4 @@ def nvml_used(index: int = 0) -> MemoryReading | None:
     except Exception:  # noqa: BLE001 - no driver or no device: nothing to read
         return None
     used = pynvml.nvmlDeviceGetMemoryInfo(handle).used
-    return MemoryReading(int(used), "NVML nvmlDeviceGetMemoryInfo().used",
-                         "the whole device: all processes, reserved and cached memory")
+    return MemoryReading(int(used), *TOOLS["nvml"])

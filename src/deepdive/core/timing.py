@@ -108,11 +108,9 @@ class Timing:
     def __str__(self) -> str:
         flags = " NOISY" if self.noisy else ""
         flags += f" RECOMPILED x{self.recompiles}" if self.recompiles else ""
-        return (
-            f"{self.label}: median {_fmt(self.median)} (IQR {_fmt(self.iqr)}, "
-            f"n={self.n} blocks x {self.calls_per_block} calls), "
-            f"first call {_fmt(self.first_call)}{flags}"
-        )
+        spread = f"(IQR {_fmt(self.iqr)}, n={self.n} blocks x {self.calls_per_block} calls)"
+        return f"{self.label}: median {_fmt(self.median)} {spread}, " \
+               f"first call {_fmt(self.first_call)}{flags}"
 
 
 @dataclass(frozen=True)
