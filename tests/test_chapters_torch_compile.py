@@ -1,318 +1,235 @@
-"""Chapter 3's helpers and readings (deepdive.chapters.torch_compile): small real compiles
-with counting backends, fake timings and claims for the sentences."""
+"""Chapter 3 (torch.compile from the inside) writes its code on the page; no package module
+holds it. These check that the page shows every compile it times, with its options and the
+checks made before timing, that it still makes every claim the committed build made, and
+that the helpers it defines behave as the page says, run on small real compiles."""
 
-from dataclasses import dataclass
+import ast
+import csv
+import logging
+from pathlib import Path
 
+import jupytext
 import numpy as np
-import pandas as pd
 import pytest
 import torch
-from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
-from torch._inductor.decomposition import select_decomp_table
 
-from deepdive.chapters import torch_compile as tc
+from deepdive.book import claim_ids
 from deepdive.core.timing import Timing
 
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "notebooks" / "03_torch_compile.md"
+BUILD_CLAIMS = ROOT / "book" / "data" / "builds" / \
+    "2026-11-28_cpu-2core_torch-2.15.0_jax-0.12.0.1" / "claims.csv"
+HIDDEN = {"remove-cell", "remove-input", "hide-cell", "hide-input"}
+MODULE = ROOT / "src" / "deepdive" / "chapters" / "torch_compile.py"  # removed: the page holds it
+GPU_CLAIMS = ("mlp_autotune", "mlp_autotune_graphs", "mlp_reduce_overhead")
+MODES = {"reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"}
+# Inductor's call() returns a tuple; the page times the tensor in it, which needs no walk
+TIMED_CALL = '"Inductor\'s call() alone": lambda: generated_call([x16])[0]'
+# Column names of the page's tables
+SO_FAR, LOGGED = "graphs compiled so far", "what PyTorch logged"
+SAVED_KIB, SAME_KERNELS = "new memory saved (KiB)", "same kernels as inductor"
 
-def timing(label, samples, session=1):
-    return Timing(label, np.asarray(samples, dtype=float), 1, 0.0, session=session)
+
+def cells():
+    """(source, tags) of every code cell of the page."""
+    return [(c.source, set(c.metadata.get("tags", [])))
+            for c in jupytext.read(PAGE).cells if c.cell_type == "code"]
 
 
-@dataclass
-class FakeClaim:
-    verdict: str
-    low: float
-    high: float
-    tie_band: float = 0.05
+def shown_calls() -> list[ast.Call]:
+    return [node for source, tags in cells() if not tags & HIDDEN
+            for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)]
+
+
+def keywords(call: ast.Call) -> dict:
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords
+            if isinstance(k.value, ast.Constant)}
+
+
+@pytest.fixture(scope="module")
+def page():
+    """A namespace holding the page's imports and its top-level definitions (functions,
+    classes, and the constant tuples they read: VIEW_OPS, DYNAMO_PARTS, ...), without
+    running its experiments."""
+    namespace, definitions = {}, []
+    for source, _ in cells():
+        lines = source.splitlines()
+        for node in ast.parse(source).body:
+            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            text = "\n".join(lines[first - 1:node.end_lineno])
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                exec(text, namespace)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) or (
+                    isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id.isupper() and isinstance(node.value, ast.Tuple)):
+                definitions.append(text)
+    for text in definitions:
+        exec(text, namespace)
+    namespace["INDUCTOR_CACHE"] = Path("/nonexistent/inductor-cache")
+    return namespace
 
 
 def sine(x):
     return torch.sin(x) * 2
 
 
-# --- set-up ---------------------------------------------------------------------------------
-
-def test_scope_device_names_threads_or_the_gpu():
-    assert tc.scope_device("cpu", 1) == "CPU, 1 thread"
-    assert tc.scope_device("cpu", 4) == "CPU, 4 threads"
-    assert tc.scope_device("cuda", 1, "NVIDIA H100") == "NVIDIA H100"
-    assert tc.scope_device("cpu", 1, cpu_name="Xeon (1 of 2 cores)") == \
-        "Xeon (1 of 2 cores), 1 PyTorch thread"
-    assert tc.scope_device("cpu", 2, cpu_name="Xeon") == "Xeon, 2 PyTorch threads"
+def timing(label, samples, session=1):
+    return Timing(label, np.asarray(samples, dtype=float), 1, 0.0, session=session)
 
 
-def test_timing_record_keeps_and_records_every_timing():
-    added = []
+# --- the page shows what it times -------------------------------------------------------------
 
-    class Records:
-        def add_timing(self, *args):
-            added.append(args)
-
-    record = tc.TimingRecord(Records())
-    timings = {"a": timing("a", [1.0, 2.0]), "b": timing("b", [3.0, 4.0])}
-    assert record.keep(timings, "exp", "16 floats") is timings
-    assert record.timings == list(timings.values())
-    assert [a[:4] for a in added] == [("exp", "torch", "a", "16 floats"),
-                                      ("exp", "torch", "b", "16 floats")]
+def test_no_package_module_holds_the_pages_code():
+    assert not MODULE.exists()
+    imports = [node.module for source, _ in cells() for node in ast.walk(ast.parse(source))
+               if isinstance(node, ast.ImportFrom) and node.module]
+    assert not [m for m in imports if m.startswith("deepdive.chapters")]
 
 
-def test_torch_log_messages_collects_and_restores_handlers():
-    logger = __import__("logging").getLogger("torch._dynamo")
+def test_every_backend_and_mode_is_compiled_in_a_shown_cell():
+    compiles = [keywords(c) for c in shown_calls() if ast.unparse(c.func) == "torch.compile"]
+    backends = {k["backend"] for k in compiles if isinstance(k.get("backend"), str)}
+    modes = {k["mode"] for k in compiles if "mode" in k}
+    assert {"eager", "aot_eager", "inductor", "cudagraphs"} <= backends
+    assert modes == MODES
+    assert {"dynamic": False} in [{k: v for k, v in c.items() if k == "dynamic"}
+                                  for c in compiles]
+
+
+def test_both_timings_are_shown_and_check_every_variant_before_timing():
+    compares = [c for c in shown_calls() if ast.unparse(c.func) == "compare"]
+    assert len(compares) == 2  # the tiny function's pieces, the MLP block's choices
+    assert all("check" in {k.arg for k in c.keywords} for c in compares)
+
+
+def test_the_inductor_call_is_timed_with_its_tensor_taken_out_of_the_tuple():
+    """A tensor needs no readiness walk (sync.pace): a 3 µs call stays clear of its cost."""
+    shown = "\n".join(source for source, tags in cells() if not tags & HIDDEN)
+    assert TIMED_CALL in shown
+
+
+def test_fullgraph_is_shown_failing_on_the_graph_break():
+    failing = [source for source, tags in cells() if "raises-exception" in tags]
+    assert len(failing) == 1 and "fullgraph=True" in failing[0]
+
+
+def test_the_page_makes_every_claim_the_committed_build_made_and_its_gpu_claims():
+    text = PAGE.read_text()
+    with BUILD_CLAIMS.open() as f:
+        built = {row["claim_id"] for row in csv.DictReader(f)
+                 if row["chapter"] == "03_torch_compile"}
+    assert len(built) == 6
+    for claim_id in sorted(built | set(GPU_CLAIMS)):
+        assert f'"{claim_id}"' in text, claim_id
+    assert claim_ids.unknown(sorted(built | set(GPU_CLAIMS))) == []
+
+
+# --- the page's helpers -------------------------------------------------------------------------
+
+def test_own_copy_gives_a_function_its_own_dynamo_cache(page):
+    copy = page["own_copy"](sine)
+    assert copy.__code__ is not sine.__code__ and copy.__name__ == "sine"
+    first, second = page["GraphCounter"](), page["GraphCounter"]()
+    torch.compile(copy, backend=first)(torch.ones(3))
+    torch.compile(page["own_copy"](sine), backend=second)(torch.ones(3))
+    assert len(first.graphs) == len(second.graphs) == 1  # neither reused the other's entry
+
+
+def test_torch_log_messages_keeps_messages_and_restores_the_handlers(page):
+    logger = logging.getLogger("torch._dynamo")
     before = list(logger.handlers), logger.propagate
-    with tc.torch_log_messages() as messages:
-        logger.warning("a message")
+    with page["torch_log_messages"]() as messages:
+        logger.warning("kept")
         logger.warning("   ")  # blank: dropped
-    assert messages == ["a message"]
+    assert messages == ["kept"]
     assert (list(logger.handlers), logger.propagate) == before
 
 
-def test_own_copy_has_its_own_code_object():
-    copy = tc.own_copy(sine)
-    assert copy.__code__ is not sine.__code__ and copy.__name__ == "sine"
-    torch.testing.assert_close(copy(torch.ones(3)), sine(torch.ones(3)))
-
-
-# --- Dynamo -------------------------------------------------------------------------------
-
-def test_guard_summary_counts_kinds_and_names_tensor_inputs():
-    guards = ["Create Function: TENSOR_MATCH\nL['x'] ...", "Create Function: TENSOR_MATCH\nL['w1']",
-              "Create Function: GLOBAL_STATE\n", "no kind here"]
-    kinds, tensors = tc.guard_summary(guards)
-    assert kinds == {"TENSOR_MATCH": 2, "GLOBAL_STATE": 1}
-    assert tensors == ["x", "w1"]
-
-
-def test_guard_summary_on_a_real_explain():
-    explained = torch._dynamo.explain(tc.own_copy(sine))(torch.ones(3))
-    kinds, tensors = tc.guard_summary(explained.out_guards)
-    assert "x" in tensors and kinds.get("TENSOR_MATCH", 0) >= 1
-
-
-def test_recompile_reasons_and_summarise_log():
-    logged = ["Recompiling function f\n  triggered by:\n - tensor 'x' size mismatch",
-              "other\nsecond line\nthird"]
-    assert tc.recompile_reasons(logged) == logged[:1]
-    assert tc.summarise_log(logged[0]) == "recompiling: tensor 'x' size mismatch"
-    assert tc.summarise_log("Recompiling f\nno reason") == "recompiling: ?"
-    assert tc.summarise_log(logged[1]) == "other second line"
-
-
-def test_graph_counter_counts_graphs_and_runs():
-    counter = tc.GraphCounter()
-    compiled = torch.compile(tc.own_copy(sine), backend=counter, dynamic=False)
-    compiled(torch.ones(2))
-    compiled(torch.ones(2))
-    compiled(torch.ones(3))
-    assert len(counter.graphs) == 2 and counter.runs == 3
-
-
-def test_limit_table_and_its_readings():
-    counter = tc.GraphCounter()
-    limited = torch.compile(tc.own_copy(sine), backend=counter, dynamic=False)
+def test_call_sizes_shows_the_limit_then_eager_calls_then_cached_graphs(page):
+    counter = page["GraphCounter"]()
+    limited = torch.compile(page["own_copy"](sine), backend=counter, dynamic=False)
     with torch._dynamo.config.patch(recompile_limit=2):
-        table = tc.limit_table(limited, sine, [1, 2, 3, 4, 1], counter)
-    assert list(table["graphs compiled so far"]) == [1, 2, 2, 2, 2]
+        table = page["call_sizes"](limited, sine, [1, 2, 3, 4, 1], counter)
+    assert list(table[SO_FAR]) == [1, 2, 2, 2, 2]
     assert list(table["ran"]) == ["compiled graph"] * 2 + ["eagerly"] * 2 + ["compiled graph"]
-    readings = tc.limit_readings(table)
-    assert readings["limit_hit_call"] == 3
-    assert readings["limit_eager_calls"] == 1 and readings["limit_cached_calls"] == 1
-    assert readings["limit_eager_log"] == "none of them logged anything"
+    assert table.loc[3, LOGGED].count("recompile_limit") == 1
+    assert counter.runs == 3
 
 
-def test_limit_readings_branches_on_fake_tables():
-    table = pd.DataFrame({"ran": ["compiled graph", "eagerly", "eagerly"],
-                          "what PyTorch logged": ["-", "hit config.recompile_limit", "again"]},
-                         index=pd.Index([1, 2, 3], name="call"))
-    assert tc.limit_readings(table)["limit_eager_log"] == "1 of them logged a message"
-    with pytest.raises(ValueError, match="no call hit the recompile limit"):
-        tc.limit_readings(table.assign(**{"what PyTorch logged": "-"}))
-
-
-def test_graphs_for_calls_with_contexts_and_options():
+def test_graphs_for_calls_counts_each_trigger_with_a_fresh_cache(page):
+    count = page["graphs_for_calls"]
     sizes = [torch.ones(n) for n in (1, 2, 3, 4)]
-    assert len(tc.graphs_for_calls(sine, sizes)) == 2  # automatic dynamic shapes
-    assert len(tc.graphs_for_calls(sine, sizes, dynamic=False)) == 4
+    assert len(count(sine, sizes)) == 2  # automatic dynamic shapes: one symbolic graph
+    assert len(count(sine, sizes, dynamic=False)) == 4
     x = torch.ones(4, requires_grad=True)
-    assert len(tc.graphs_for_calls(sine, [x, x], [None, torch.no_grad])) == 2
+    assert len(count(sine, [x, x], [None, torch.no_grad])) == 2
+    assert len(count(sine, [x, x])) == 1
 
 
-def test_placeholder_values_names_inputs():
-    graphs = tc.graphs_for_calls(sine, [torch.ones(2), torch.ones(3)])
-    values = tc.placeholder_values(graphs[-1])
-    assert any("s" in v for v in values)  # a symbolic size
-
-
-def test_fix_rows_counts_graphs_breaks_and_nans():
-    def where(x, w):
-        y = x @ w
-        peak = y.abs().max()
-        return torch.tanh(torch.where(peak > 10, y / peak, y))
-
-    def original(x, w):
-        y = x @ w
-        if y.abs().max() > 10:
-            y = y / y.abs().max()
-        return torch.tanh(y)
-
-    rows = tc.fix_rows((where,), original, torch.randn(4, 8), torch.randn(8, 3))
-    assert rows.loc["where", "graphs"] == 1 and rows.loc["where", "graph breaks"] == 0
-    assert rows.loc["where", "NaN gradient entries at peak = 0"] == rows.loc["where", "of"] == 24
-
-
-def test_guarded_nans_text():
-    assert tc.guarded_nans_text({"a": 0, "b": 0}) == "none"
-    assert tc.guarded_nans_text({"a": 0, "b": 3}) == "0 (a) and 3 (b)"
-
-
-# --- the cost of a call -----------------------------------------------------------------
-
-def test_dynamo_pieces_and_guards_pass():
-    compiled = torch.compile(tc.own_copy(sine), backend="eager")
+def test_dynamo_pieces_are_the_guard_check_and_the_compiled_graph(page):
+    compiled = torch.compile(page["own_copy"](sine), backend="eager")
     x = torch.ones(4)
     compiled(x)
-    pieces = tc.dynamo_pieces(compiled, {"x": x})
-    assert pieces.guards.check({"x": x}) is True
-    torch.testing.assert_close(pieces.compiled_fn(x)[0], sine(x))
-    assert any(n.startswith("__compiled_fn") for n in pieces.names)
-    with pytest.raises(AssertionError, match="guard check failed"):
-        tc.dynamo_pieces(compiled, {"x": torch.ones(4, dtype=torch.float64)})
-    tc.guards_pass(True)
-    with pytest.raises(AssertionError):
-        tc.guards_pass(False)
+    guards, compiled_fn, names = page["dynamo_pieces"](compiled)
+    assert guards.check({"x": x}) is True
+    assert guards.check({"x": torch.ones(4, dtype=torch.float64)}) is False
+    torch.testing.assert_close(compiled_fn(x)[0], sine(x))
+    assert any(n.startswith("__compiled_fn") for n in names)
 
 
 def cosine(x):  # its own: automatic dynamic shapes remember sizes by code location
     return torch.cos(x) + 1
 
 
-def test_call_pieces_opens_an_inductor_call():
-    keeper = tc.InductorKeepingGraph()
-    compiled = torch.compile(tc.own_copy(cosine), backend=keeper)
+def test_inductor_keeping_keeps_the_graph_whose_call_and_kernel_run_alone(page):
+    import inspect
+
+    kept = []
+    compiled = torch.compile(page["own_copy"](cosine), backend=page["inductor_keeping"](kept))
     x = torch.ones(8)
     torch.testing.assert_close(compiled(x), cosine(x))
-    pieces = tc.call_pieces(compiled, keeper, cosine, x)
-    torch.testing.assert_close(pieces.generated_call([x])[0], cosine(x))
-    pieces.kernel(x, pieces.kernel_out)
-    torch.testing.assert_close(pieces.kernel_out, cosine(x))
-    with pytest.raises(ValueError):  # one graph kept, one kernel: nothing else to open
-        tc.call_pieces(compiled, tc.InductorKeepingGraph(), cosine, x)
+    (graph,) = kept
+    torch.testing.assert_close(graph.current_callable([x])[0], cosine(x))
+    module = vars(inspect.getmodule(graph.current_callable))
+    assert [name for name in module if "cpp_fused" in name]
 
 
-US = {"backend=inductor": 10.0, "__compiled_fn alone": 6.0, "guard check alone": 0.5,
-      "Inductor's call() alone": 4.0, "its C++ kernel alone": 0.2, "PyTorch op by op": 3.0}
+def test_capture_graphs_functionalizes_and_saved_for_backward_reads_the_partitions(page):
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
-
-def test_call_split_table_and_timings_frame():
-    parts = tc.call_split_table(US)
-    assert parts.loc["Dynamo's side: frame evaluation, guards, rewritten bytecode",
-                     "µs (median)"] == 4.0
-    assert parts.loc["  of which the wrappers", "µs (median)"] == 2.0
-    assert parts["share of the call (%)"].iloc[0] == 100
-    frame = tc.timings_frame({"a": timing("a", [1e-6, 2e-6, 3e-6])})
-    assert frame.loc["a", "median (µs)"] == pytest.approx(2.0) and frame.loc["a", "noisy"]
-
-
-def test_profile_component_sorts_every_kind():
-    assert tc.profile_component("/cache/ab/x.py", "call", "/cache") == \
-        "Inductor's generated call()"
-    assert tc.profile_component("torch/_functorch/x.py", "f") == "AOTAutograd runtime wrappers"
-    assert tc.profile_component("x.py", "runtime_wrapper") == "AOTAutograd runtime wrappers"
-    assert tc.profile_component("torch/_inductor/output_code.py", "f") == \
-        "Inductor's OutputCode wrapper"
-    assert tc.profile_component("torch/_dynamo/eval_frame.py", "f").startswith("Dynamo")
-    assert tc.profile_component("site/torch/__init__.py", "f").startswith("Dynamo")
-    assert tc.profile_component("nb.py", "tiny", traced="tiny").startswith("the function's")
-    assert tc.profile_component("nb.py", "tiny") == "other"
-
-
-def test_profile_shares_add_to_100():
-    shares = tc.profile_shares(tc.own_copy(sine), torch.ones(2), 50, traced="sine")
-    assert shares.sum() == pytest.approx(100)
-    assert list(shares) == sorted(shares, reverse=True)
-
-
-def test_profile_agreement_warns_only_beyond_the_tolerance():
-    assert tc.profile_agreement(40, 42, 20, 21) == \
-        "the two attributions differ by 2.0 and 1.0 percentage points"
-    assert "read the profile's shares with care" in tc.profile_agreement(40, 60, 20, 21)
-
-
-def test_call_cost_readings():
-    split = pd.Series({tc.DYNAMO_PARTS[0]: 30.0, tc.DYNAMO_PARTS[1]: 10.0,
-                       tc.WRAPPER_PARTS[0]: 15.0, "other": 45.0})
-    readings = tc.call_cost_readings(US, split)
-    assert readings["tiny_dynamo_us"] == 4.0 and readings["tiny_dynamo_pct"] == 40.0
-    assert readings["tiny_overhead_us"] == 6.0 and readings["tiny_wrappers_pct"] == 20.0
-    assert readings["profile_dynamo_pct"] == 40.0 and readings["profile_output_code_pct"] == 0
-    assert readings["profile_agreement"].endswith("0.0 and 5.0 percentage points")
-
-
-# --- AOTAutograd ------------------------------------------------------------------------
-
-def test_capture_graphs_ops_and_in_place():
     def step(average, x):
         average.mul_(0.5)
         return average + x
 
     average = torch.ones(3)
-    graphs, out = tc.capture_graphs(step, average, torch.ones(3),
-                                    keep_inference_input_mutations=True)
+    graphs, out = page["capture_graphs"](step, average, torch.ones(3),
+                                         keep_inference_input_mutations=True)
     torch.testing.assert_close(out, torch.full((3,), 1.5))
-    torch.testing.assert_close(average, torch.full((3,), 0.5))
+    torch.testing.assert_close(average, torch.full((3,), 0.5))  # written back, as in eager
     assert set(graphs) == {"dynamo", "forward"}
-    assert tc.in_place_ops(tc.ops_in(graphs["dynamo"])) == ["mul_"]
-    assert tc.in_place_ops(tc.ops_in(graphs["forward"])) == ["aten.copy_.default"]
-    assert tc.in_place_ops(["aten.add.Tensor", "add"]) == []
-
-
-def test_decomposition_tables_and_the_fallback_sentence():
-    add, mul, sub = torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor, torch.ops.aten.sub.Tensor
-    add_, prims = torch.ops.aten.add_.Tensor, torch.ops.prims.convert_element_type.default
-    counts, frame, fallbacks = tc.compare_decomposition_tables(
-        {add: 0, add_: 0, prims: 0}, {add: 0, mul: 0, sub: 0},
-        lowerings={mul: 0, sub: 0}, fallbacks={sub: 0})
-    assert tc.functional_overloads({add: 0, add_: 0}) == {add}
-    assert counts["decomp_inductor_all"] == 3 and counts["decomp_inductor"] == 2
-    assert counts["decomp_both"] == 1 and counts["decomp_core_only"] == 2
-    assert counts["decomp_core_only_lowered"] == 1 and counts["decomp_prims"] == 1
-    assert fallbacks == ["aten.sub.Tensor"]
-    assert frame.loc["aten.sub.Tensor", "how Inductor runs it"] == "fallback: the ATen kernel"
-    assert frame.loc["aten.mul.Tensor", "how Inductor runs it"] == "its own lowering"
-    _, unknown, _ = tc.compare_decomposition_tables({}, {mul: 0}, lowerings={}, fallbacks={})
-    assert unknown.loc["aten.mul.Tensor", "how Inductor runs it"] == "?"
-    assert tc.fallback_sentence([], 2, 2) == "it runs none of them as an ATen kernel"
-    assert tc.fallback_sentence(["a.b"], 1, 2) == \
-        "the other one, `a.b`, it runs as the ATen kernel, a library call"
-    assert tc.fallback_sentence(["a.b", "c.d"], 1, 3) == \
-        "2 of them (`a.b`, `c.d`) it runs as ATen kernels, library calls"
-
-
-def test_decomposed_ops_and_saved_for_backward():
-    def loss(x, w):
-        return (x @ w).softmax(dim=-1).sum()
-
-    x, w = torch.randn(4, 3), torch.randn(3, 3, requires_grad=True)
-    plain, out = tc.capture_graphs(loss, x, w)
-    out.backward()  # AOTAutograd compiles the backward graph at its first call
-    decomposed, out = tc.capture_graphs(loss, x, w, decompositions=select_decomp_table())
-    out.backward()
-    changed = tc.decomposed_ops(plain, decomposed)
-    assert "aten._softmax.default" in changed["decomposed_away"]
-    assert changed["decomposed_into"]
+    in_place, ops_in = page["in_place"], page["ops_in"]
+    assert in_place(ops_in(graphs["dynamo"])) == ["mul_"]
+    assert in_place(ops_in(graphs["forward"])) == [str(torch.ops.aten.copy_.default)]
 
     def gate(x, w):
         y = x @ w
         return (y.sin() * torch.sigmoid(y)).cos().sum()
 
     x, w = torch.randn(64, 32), torch.randn(32, 32)
-    saved = tc.saved_for_backward(gate, default_partition, x, w)
-    fewer = tc.saved_for_backward(gate, min_cut_rematerialization_partition, x, w)
-    assert saved["new memory saved (KiB)"] > fewer["new memory saved (KiB)"] > 0
-    assert fewer["backward ops"] > saved["backward ops"] > 0
+    saved = {}
+    for partition in (default_partition, min_cut_rematerialization_partition):
+        weight = torch.nn.Parameter(w.clone())
+        graphs, loss = page["capture_graphs"](gate, x, weight, partition_fn=partition)
+        loss.backward()
+        torch.testing.assert_close(weight.grad, torch.func.grad(gate, argnums=1)(x, w))
+        saved[partition] = page["saved_for_backward"](graphs)
+    default, mincut = saved[default_partition], saved[min_cut_rematerialization_partition]
+    assert default[SAVED_KIB] > mincut[SAVED_KIB] > 0
+    assert mincut["backward ops"] > default["backward ops"] > 0
 
 
-# --- Inductor's code ----------------------------------------------------------------------
-
+KERNEL, MM, ADDMM = "cpp_fused_add_gelu_0", "extern_kernels.mm", "extern_kernels.addmm"
 WRAPPER = """# AOT ID: 1
 cpp_fused_add_gelu_0 = async_compile.cpp('''
 kernel A
@@ -325,158 +242,51 @@ def call(args):
 """
 
 
-def test_kernel_names_library_calls_and_excerpt():
-    assert tc.kernel_names(WRAPPER) == ["cpp_fused_add_gelu_0"]
-    assert tc.library_calls(WRAPPER) == ["extern_kernels.addmm", "extern_kernels.mm"]
-    assert len(tc.library_calls(WRAPPER, matmuls_only=True)) == 2
-    assert tc.kernel_excerpt(WRAPPER, "cpp_fused_add_gelu_0", cpu=True) == \
-        "cpp_fused_add_gelu_0 = async_compile.cpp('''\nkernel A"
-    assert tc.kernel_excerpt(WRAPPER, "cpp_fused_add_gelu_0", cpu=False, lines=4).endswith(
-        "def call(args):")
-
-
-def test_wrapper_comparison():
-    assert tc.kernel_sources(WRAPPER) == ["\nkernel A\n"]
-    assert "# AOT ID: 1" not in tc.wrapper_lines(WRAPPER)
-    assert tc.wrapper_difference(WRAPPER, WRAPPER) == "no difference"
+def test_the_wrapper_readers_find_kernels_library_calls_and_differences(page):
+    assert page["kernel_names"](WRAPPER) == [KERNEL]
+    assert page["library_calls"](WRAPPER) == [ADDMM, MM]
+    assert len(page["library_calls"](WRAPPER, matmuls_only=True)) == 2
+    assert page["kernel_excerpt"](WRAPPER, KERNEL, cpu=True).splitlines()[-1] == "kernel A"
+    assert page["wrapper_difference"](WRAPPER, WRAPPER) == "none"
     fewer = WRAPPER.replace("    buf0 = empty()\n", "")
-    assert tc.wrapper_difference(fewer, WRAPPER) == "1 fewer buf0 line"
-    more = WRAPPER + "    buf2 = empty()\n    buf3 = empty()\n    (x)\n"
-    assert tc.wrapper_difference(more, WRAPPER) == \
-        "1 more buf2 line, 1 more buf3 line, 1 more other line"
+    assert page["wrapper_difference"](fewer, WRAPPER) == "-1 buf0"
+    more = WRAPPER + "    buf2 = empty()\n    (x)\n"
+    assert page["wrapper_difference"](more, WRAPPER) == "+1 buf2, +1 other"
 
 
-def test_inductor_output_code_collects_what_is_saved():
-    from torch._inductor.graph import GraphLowering
-
-    with tc.inductor_output_code() as codes:
-        GraphLowering.save_output_code("some code")
-    assert codes == ["some code"]
-
-
-def test_choice_table_without_generated_code():
+def test_first_calls_checks_each_choice_and_compares_only_generated_code(page):
     x = torch.ones(4)
-    fns = {"op by op": sine, "inductor": torch.compile(tc.own_copy(sine), backend="eager")}
-    table, codes = tc.choice_table(fns, (x,), lambda out: torch.testing.assert_close(out, sine(x)))
-    assert set(codes.values()) == {""}
-    assert list(table["same kernels as inductor"]) == ["", ""]
-    assert list(table["what PyTorch logged"]) == ["-", "-"]
+    fns = {"plain": sine, "inductor": torch.compile(page["own_copy"](sine), backend="eager")}
+    table = page["first_calls"](fns, (x,), lambda out: torch.testing.assert_close(out, sine(x)))
+    assert list(table.index) == ["plain", "inductor"]
+    assert list(table["generated kernels"]) == [0, 0]
+    assert list(table[SAME_KERNELS]) == ["", ""]  # nothing generated: blank
     with pytest.raises(AssertionError):
-        tc.choice_table({"inductor": sine}, (x,), lambda out: torch.testing.assert_close(out, x))
+        page["first_calls"]({"inductor": sine}, (x,),
+                            lambda out: torch.testing.assert_close(out, x))
 
 
-# --- readings -----------------------------------------------------------------------------
-
-def test_difference_us_and_extra_text():
+def test_paired_differences_need_timings_of_one_compare_call(page):
     a, b = timing("a", [3e-6] * 7), timing("b", [1e-6] * 7)
-    assert tc.difference_us(a, b) == (pytest.approx(2.0), pytest.approx(2.0), pytest.approx(2.0))
-    with pytest.raises(ValueError, match="same rounds"):
-        tc.difference_us(a, timing("c", [1e-6] * 7, session=2))
-    assert tc.extra_text(2.0, 1.0, 3.0) == "2.0 µs more (95% interval +1.0 to +3.0 µs)"
-    assert tc.extra_text(-2.0, -3.0, -1.0) == "2.0 µs less (95% interval -3.0 to -1.0 µs)"
+    median, low, high = page["paired_difference_us"](a, b)
+    assert median == pytest.approx(2.0) and low == pytest.approx(2.0) == high
+    with pytest.raises(AssertionError):
+        page["paired_difference_us"](a, timing("c", [1e-6] * 7, session=2))
 
 
-def test_mlp_split_note_both_branches():
-    assert tc.mlp_split_note((4.0, 3, 5), (3.0, 2.5, 3.5), 0.3, 2.0).startswith(
-        "Most of the extra cost lies in Dynamo's side")
-    assert "(10% of it)" in tc.mlp_split_note((4.0, 3, 5), (3.0, 2.5, 3.5), 0.3, 2.0)
-    for extra, side, guard, tiny in (((-1.0, -2, 0), (3.0, 2.5, 3.5), 0.3, 2.0),
-                                     ((4.0, 3, 5), (1.0, 0.5, 1.5), 0.3, 0.1),
-                                     ((4.0, 3, 5), (3.0, 2.5, 3.5), 2.0, 2.0),
-                                     ((4.0, 3, 5), (3.0, 2.5, 3.5), 0.3, 2.6)):
-        assert tc.mlp_split_note(extra, side, guard, tiny).startswith("Which part")
+# (file, function) of a profiled frame -> which part of the call it is, by the page's names
+FRAMES = {("/nonexistent/inductor-cache/ab/x.py", "call"): "generated",
+          ("torch/_functorch/x.py", "f"): "aot", ("x.py", "runtime_wrapper"): "aot",
+          ("torch/_inductor/output_code.py", "f"): "output_code",
+          ("torch/_dynamo/eval_frame.py", "f"): "dynamo",
+          ("site/torch/__init__.py", "f"): "dynamo",
+          ("nb.py", "tiny_sine"): "frame", ("nb.py", "g"): "other"}
 
 
-def test_mlp_tie_notes_for_each_side_of_one():
-    assert tc.mlp_tie_note(FakeClaim("faster", 1.2, 1.3), 0.02) == ""
-    assert tc.mlp_tie_short(FakeClaim("slower", 0.7, 0.8)) == ""
-    below = FakeClaim("tie", 0.96, 0.98)
-    assert "wholly below 1 (by its ends, an Inductor call took 2% to 4% more" in \
-        tc.mlp_tie_note(below, 0.02)
-    assert tc.mlp_tie_note(below, 0.02).endswith("reached ±2.0%.")
-    assert "wholly above 1 (by its ends, an Inductor call took 2% to 4% less" in \
-        tc.mlp_tie_note(FakeClaim("tie", 1.02, 1.04), 0.02)
-    assert "the interval includes 1" in tc.mlp_tie_note(FakeClaim("tie", 0.98, 1.02), 0.02)
-    assert tc.mlp_tie_short(below).endswith("lies wholly below 1")
-    assert tc.mlp_tie_short(FakeClaim("tie", 1.01, 1.02)).endswith("wholly above 1")
-    assert tc.mlp_tie_short(FakeClaim("tie", 0.99, 1.02)).endswith("on both sides of 1")
-
-
-def test_mlp_readings_from_fake_timings():
-    rounds = 9
-    modes = {"PyTorch op by op": timing("p", [10e-6] * rounds),
-             "PyTorch op by op, A/A copy": timing("c", [10e-6] * rounds),
-             "inductor": timing("i", [8e-6] * rounds),
-             "backend=eager": timing("e", [14e-6] * rounds),
-             "backend=eager: __compiled_fn alone": timing("f", [11e-6] * rounds),
-             "backend=eager: guard check alone": timing("g", [0.5e-6] * rounds)}
-    tiny = {"backend=eager": timing("te", [5e-6] * rounds),
-            "PyTorch op by op": timing("tp", [2e-6] * rounds)}
-    readings = tc.mlp_readings(modes, tiny, FakeClaim("faster", 1.2, 1.3), 1.0)
-    assert readings["mlp_plain_us"] == pytest.approx(10) and readings["mlp_tie_note"] == ""
-    assert readings["mlp_eager_extra"].startswith("4.0 µs more")
-    assert readings["tiny_eager_extra"].startswith("3.0 µs more")
-    assert readings["mlp_dynamo_side"].startswith("3.0 µs")
-    assert readings["mlp_graph_call_extra"].startswith("1.0 µs more")
-    assert readings["mlp_split_note"].startswith("Most of")
-
-
-def test_plot_mlp_calls_captions_what_a_cpu_skips():
-    rounds = [1e-6, 2e-6, 3e-6]
-    timings = {"a": timing("a", rounds), "b": timing("b", rounds)}
-    cpu = tc.plot_mlp_calls(timings, ["a", "b"], cpu=True)
-    gpu = tc.plot_mlp_calls(timings, ["a"], cpu=False)
-    assert cpu.axes[0].get_title().endswith("per backend")
-    assert gpu.axes[0].get_title().endswith("and mode")
-    texts = " ".join(t.get_text() for t in cpu.texts)
-    assert "not timed on a CPU" in texts
-
-
-def test_modes_sentence_on_a_gpu_and_a_cpu():
-    glued = {f"{k}{s}": f"<{k}{s}>" for k in ("mlp_autotune", "mlp_autotune_graphs",
-                                             "mlp_reduce_overhead") for s in ("", "_ratio")}
-    gpu = tc.modes_sentence(glued, None, cuda=True)
-    assert "was <mlp_autotune> default Inductor (<mlp_autotune_ratio>)" in gpu
-    modes = pd.DataFrame({
-        "same kernels as inductor": [True, True, False, ""],
-        "wrapper code against inductor": ["2 more x lines", "2 more x lines", "1 fewer y line",
-                                          ""],
-        "what PyTorch logged": ["-", "-", "-", "skipping cudagraphs due to cpu device"]},
-        index=["mode=reduce-overhead", "mode=max-autotune-no-cudagraphs", "mode=max-autotune",
-               "backend=cudagraphs"])
-    cpu = tc.modes_sentence({}, modes, cuda=False)
-    assert cpu.startswith("On this CPU, 2 of the 3 Inductor modes generated exactly")
-    assert "`reduce-overhead` and `max-autotune-no-cudagraphs`: 2 more x lines" in cpu
-    assert "`skipping cudagraphs due to cpu device`" in cpu
-    none = tc.modes_sentence({}, modes.assign(**{"same kernels as inductor": False}), cuda=False)
-    assert "0 of the 3" in none and "none compared" in none
-
-
-def test_widest_band_text():
-    assert tc.widest_band_text([0.03, 0.05], 0.03) == "up to ±5.0% here"
-    assert tc.widest_band_text([0.03], 0.03) == "none reached further than the build's band here"
-
-
-def test_box_numbers_and_summary_calls():
-    box = tc.box_numbers(10.0, 6.0, 40.0, 0.25, 3.21, 8, 2)
-    assert "took 10.0 µs, of which 6.0 µs" in box
-    assert "before the graph runs, 40% of the whole call)" in box
-    assert "took 3.2 s" in box and "compiled 2 graphs" in box and "8 with dynamic=False" in box
-    glued = {"tiny_inductor": "slower than", "tiny_inductor_ratio": "0.5x",
-             "mlp_inductor": "tied with", "mlp_inductor_ratio": "1.0x"}
-    plain = tc.summary_calls(glued, 6.0, 40.0, "")
-    assert "Inductor was slower than PyTorch op by op (0.5x)" in plain
-    assert plain.endswith("it was tied with it (1.0x).")
-    assert tc.summary_calls(glued, 6.0, 40.0, "a tie").endswith("(1.0x, a tie).")
-
-
-def test_claims_table_markdown_escapes_and_numbers_rows():
-    table = pd.DataFrame({"verdict": ["faster"], "band": ["±3.0%"]},
-                         index=pd.Index(["a *b* | c"], name="question"))
-    text = tc.claims_table_markdown(table)
-    lines = text.splitlines()
-    assert lines[0].startswith("```{list-table} Every comparison of this chapter")
-    assert ":name: tbl-compile-verdict" in lines
-    assert "* - question" in lines and "  - verdict" in lines
-    assert "* - a \\*b\\* \\| c" in lines
-    assert lines[-1] == "```"
+def test_profile_part_sorts_every_kind_of_frame(page):
+    dynamo, frame = page["DYNAMO_PARTS"]
+    aot, output_code = page["WRAPPER_PARTS"]
+    names = {"dynamo": dynamo, "frame": frame, "aot": aot, "output_code": output_code,
+             "other": "other", "generated": "Inductor's generated call()"}
+    found = {where: page["profile_part"](*where) for where in FRAMES}
+    assert found == {where: names[kind] for where, kind in FRAMES.items()}
