@@ -117,16 +117,12 @@ def stale(installed: dict[str, str | None], pinned: dict[str, str]) -> list[str]
     return wrong
 
 
-def route_device(gpu_present: bool) -> tuple[str, str]:
-    """The device the route runs on, and why: always the CPU. torch_xla 2.9 ships no
-    XLA:CUDA (deprecated in release 2.8, then removed: pytorch/xla#9540, #9598, #9597),
-    so on a GPU machine the whole page, its PyTorch and JAX baselines included, runs on
-    the CPU too."""
-    if gpu_present:
-        return "CPU", ("a GPU is present, but torch_xla 2.9 has no CUDA build (XLA:CUDA was "
-                       "deprecated in release 2.8 and its CUDA plugin removed), so the route "
-                       "and this page's baselines run on the CPU, at small scale")
-    return "CPU", "no GPU: the route runs on the CPU, as the rest of this build does"
+def route_device(gpu_present: bool) -> str:
+    """The device the route runs on: the CPU, whether or not a GPU is present. torch_xla
+    2.9 ships no XLA:CUDA (deprecated in release 2.8, then removed: pytorch/xla#9540,
+    #9598, #9597), so on a GPU machine the whole page, its PyTorch and JAX baselines
+    included, runs on the CPU too (chapter `05_vit_xla` says so in its prose)."""
+    return "CPU"
 
 
 # The route runs on the CPU at every scale (route_device), so at chapter 5's small sizes.

@@ -32,10 +32,19 @@ import numpy as np
 
 from deepdive.core.timing import LocalRunner
 from deepdive.models import parity
-from deepdive.models.xla_route import COMPILED, EAGER, JAX_TWIN, PARITY_VARIANTS, TORCHAX, VARIANTS
+from deepdive.models.xla_route import (
+    COMPILED,
+    EAGER,
+    JAX_TWIN,
+    LAZY,
+    PARITY_VARIANTS,
+    TORCHAX,
+    VARIANTS,
+)
 
-__all__ = ["HANDLERS", "KINDS", "Session", "compilations", "installed", "load_run", "main",
-           "save_run", "serve", "torch_gradients", "torch_step", "torchax_step"]
+__all__ = ["HANDLERS", "KINDS", "ROUTES", "Session", "compilations", "eager_step", "installed",
+           "lazy_step", "load_run", "main", "openxla_step", "save_run", "serve", "torch_gradients",
+           "torch_step", "torchax_loss", "torchax_step", "twin_step"]
 
 
 class Session:
@@ -136,14 +145,9 @@ class Session:
                 "calls_per_block": runner.calls_per_block, "harness_s": runner.harness_s}
 
     def _build(self, variant: str):
-        if variant == TORCHAX:
-            return torchax_step(self.model(), self.images, self.labels)
-        if variant == JAX_TWIN:
-            from deepdive.models import vit
-
-            return (vit.split_merge_step(self.model(), vit.nchw_to_nhwc(self.images),
-                                         self.labels, parity.optax_adamw(parity.ADAMW)),
-                    _block_jax)
+        """`variant`'s step (`ROUTES`) and what a timer calls after a block to sync it."""
+        if variant in (TORCHAX, JAX_TWIN):
+            return ROUTES[variant](self.model(), self.images, self.labels), _block_jax
         return torch_step(self.model(), self.images, self.labels, variant=variant)
 
     def time_block(self, variant: str) -> dict:
@@ -280,35 +284,90 @@ def torch_gradients(model, images, labels, *, variant=EAGER) -> dict:
             "gradients": {name: p.grad.cpu().numpy() for name, p in model.named_parameters()}}
 
 
-def torch_step(model, images, labels, *, variant=EAGER):
-    """The ViT chapter's PyTorch step (AdamW, loss on fp32 logits) on `variant`'s device; an XLA
-    step ends with `torch_xla.sync()` and `xm.wait_device_ops()`, so each is complete."""
+# ---- the routes: each builds a zero-argument training step from HF's model and the batch ----
+# Chapter `05_vit_xla` shows these functions as they are written here: they are the code a
+# reader would write for each route. Each step is the ViT chapter's: the loss on fp32
+# logits, backward, AdamW with `deepdive.models.parity.ADAMW`.
+
+def eager_step(model, images, labels):
+    """Eager PyTorch on the CPU: the baseline of every route, on either torch."""
     import torch
     import torch.nn.functional as F
 
-    device = _device(variant)
+    optimizer = parity.torch_adamw(model.parameters(), parity.ADAMW)  # torch.optim.AdamW
+    images, labels = torch.as_tensor(images), torch.as_tensor(labels)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(pixel_values=images).logits.float(), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def lazy_step(model, images, labels):
+    """PyTorch/XLA's lazy tensors: on the XLA device each operation is recorded into a
+    graph instead of run; `torch_xla.sync()` cuts the graph, compiles it (once per
+    distinct graph) and runs it; `xm.wait_device_ops()` waits until the device is done."""
+    import torch
+    import torch.nn.functional as F
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    device = torch_xla.device()
     model = model.to(device)
     optimizer = parity.torch_adamw(model.parameters(), parity.ADAMW)
-    forward = _forward(model, variant)
-    images = torch.as_tensor(images, device=device)
-    labels = torch.as_tensor(labels, device=device)
-    sync = _xla_sync(variant)
+    images, labels = torch.as_tensor(images, device=device), torch.as_tensor(labels, device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(pixel_values=images).logits.float(), labels)
+        loss.backward()
+        optimizer.step()
+        torch_xla.sync()  # the step's graph: compiled the first time it is seen, then run
+        xm.wait_device_ops()
+        return loss
+
+    return step
+
+
+def openxla_step(model, images, labels):
+    """`torch.compile(backend="openxla")`: Dynamo captures the model's forward pass and,
+    through AOT Autograd, hands XLA its forward and backward graphs. The loss, its own
+    backward and the optimizer sit outside the compiled model and run as lazy tensors, so
+    the step ends with the same sync as `lazy_step`."""
+    import torch
+    import torch.nn.functional as F
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    device = torch_xla.device()
+    model = model.to(device)
+    optimizer = parity.torch_adamw(model.parameters(), parity.ADAMW)
+    forward = torch.compile(model, backend="openxla")
+    images, labels = torch.as_tensor(images, device=device), torch.as_tensor(labels, device=device)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(forward(pixel_values=images).logits.float(), labels)
         loss.backward()
         optimizer.step()
-        sync()
+        torch_xla.sync()
+        xm.wait_device_ops()
         return loss
 
-    return step, lambda _: sync()
+    return step
 
 
-def _loss_module(model):
-    """The model and the ViT chapter's loss as one module, so torchax traces both."""
+def torchax_loss(model):
+    """torchax: HF's model and the chapter's loss as one PyTorch module, traced into a JAX
+    function of its weights (`torchax.extract_jax`). Returns the parameters, as JAX arrays
+    named as PyTorch names them, and ``loss_fn(params, images, labels) -> (loss, logits)``."""
     import torch
     import torch.nn.functional as F
+    import torchax
 
     class WithLoss(torch.nn.Module):
         def __init__(self):
@@ -319,44 +378,27 @@ def _loss_module(model):
             logits = self.model(pixel_values=images).logits
             return F.cross_entropy(logits.float(), labels), logits
 
-    return WithLoss()
-
-
-def _torchax_parts(model):
-    import torchax
-
-    module = _loss_module(model)
-    states, call = torchax.extract_jax(module)
-    names = {name for name, _ in module.named_parameters()}
-    params = {k: v for k, v in states.items() if k in names}
-    buffers = {k: v for k, v in states.items() if k not in names}
+    module = WithLoss()
+    weights, call = torchax.extract_jax(module)  # buffers too: call takes every tensor
+    names = dict(module.named_parameters())
+    params = {k: v for k, v in weights.items() if k in names}
+    buffers = {k: v for k, v in weights.items() if k not in names}
 
     def loss_fn(params, images, labels):
-        loss, logits = call({**buffers, **params}, (images, labels))
-        return loss, logits
+        return call({**buffers, **params}, (images, labels))
 
     return params, loss_fn
 
 
-def _torchax_gradients(model, images, labels):
-    import jax
-
-    params, loss_fn = _torchax_parts(model)
-    (loss, logits), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
-        params, images, labels)
-    return {"logits": np.asarray(logits), "loss": float(loss),
-            "gradients": {name.removeprefix("model."): np.asarray(g)
-                          for name, g in grads.items()}}
-
-
 def torchax_step(model, images, labels):
-    """The same PyTorch model and loss traced by torchax into one `jax.jit` step with
-    optax's AdamW (proven equal to torch's in the ViT chapter); the state is donated."""
+    """The PyTorch forward and loss from `torchax_loss`, differentiated by
+    `jax.value_and_grad` and updated by optax's AdamW (proven equal to torch's in the ViT
+    chapter), all in one `jax.jit` with the state donated, as the chapter's JAX step is."""
     import jax
     import jax.numpy as jnp
     import optax
 
-    params, loss_fn = _torchax_parts(model)
+    params, loss_fn = torchax_loss(model)
     transform = parity.optax_adamw(parity.ADAMW)
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -369,11 +411,41 @@ def torchax_step(model, images, labels):
     images, labels = jnp.asarray(images), jnp.asarray(labels)
 
     def step():
-        state[0], state[1], loss = train(state[0], state[1], images, labels)
+        state[0], state[1], loss = train(*state, images, labels)
         return loss
 
-    return step, _block_jax
+    return step
 
+
+def twin_step(model, images, labels):
+    """The ViT chapter's JAX step on the Flax NNX twin of `model` (`vit.split_merge_step`)."""
+    from deepdive.models import vit
+
+    return vit.split_merge_step(model, vit.nchw_to_nhwc(images), labels,
+                                parity.optax_adamw(parity.ADAMW))
+
+
+ROUTES = {EAGER: eager_step, LAZY: lazy_step, COMPILED: openxla_step, TORCHAX: torchax_step,
+          JAX_TWIN: twin_step}
+
+
+def torch_step(model, images, labels, *, variant=EAGER):
+    """`variant`'s PyTorch step (eager, lazy tensors or the openxla backend) and the sync a
+    timer calls after a block: an XLA step cuts its graph and waits for the device."""
+    step = ROUTES[variant](model, images, labels)
+    sync = _xla_sync(variant)
+    return step, lambda _: sync()
+
+
+def _torchax_gradients(model, images, labels):
+    import jax
+
+    params, loss_fn = torchax_loss(model)
+    (loss, logits), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
+        params, images, labels)
+    return {"logits": np.asarray(logits), "loss": float(loss),
+            "gradients": {name.removeprefix("model."): np.asarray(g)
+                          for name, g in grads.items()}}
 
 
 HANDLERS = ("hello", "gradients", "prepare", "time_block", "metrics")
