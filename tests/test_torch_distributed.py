@@ -308,3 +308,50 @@ def test_a_rank_that_exits_with_an_error_is_not_run_again(monkeypatch, tmp_path)
     with pytest.raises(Exception, match="exit code 1"):
         td.spawn_each(("ddp",), 2, str(tmp_path), **OPTIONS)
     assert calls == ["exit"]
+
+
+# What chapter 6 shows of the ranks' code: the step, the bytes a rank counts, the row shards.
+
+def test_a_rank_step_is_one_sgd_step_on_its_slice():
+    import torch
+    import torch.nn.functional as F
+
+    model, reference = td.make_model(8, 1), td.make_model(8, 1)
+    x, y = td.global_batch(4, 0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = td.train_step(model, optimizer, x, y)
+
+    expected = F.cross_entropy(reference(x), y)
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item())
+    assert not loss.requires_grad
+    for name, param in model.named_parameters():
+        before = dict(reference.named_parameters())[name]
+        torch.testing.assert_close(param, before - 0.1 * before.grad)
+        assert param.grad is not None and not param.grad.any()  # zeroed, kept allocated
+
+
+def test_a_rank_counts_its_parameters_gradients_and_momentum():
+    import torch
+
+    model = td.make_model(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), **td.SGD)
+    n_bytes = 4 * sum(p.numel() for p in model.parameters())
+    fresh = td.local_bytes(model, optimizer)
+    assert fresh == dict(param_bytes=n_bytes, param_storage_bytes=n_bytes, grad_bytes=0,
+                         optimizer_bytes=0)
+    td.train_step(model, optimizer, *td.global_batch(4, 0))
+    stepped = td.local_bytes(model, optimizer)
+    assert stepped["grad_bytes"] == stepped["optimizer_bytes"] == n_bytes  # momentum buffers
+
+
+def test_each_rank_holds_its_rows():
+    rows = np.arange(8.0).reshape(4, 2)
+    assert td.torch_shards(rows, world=2) == [[[0.0, 1.0], [2.0, 3.0]], [[4.0, 5.0], [6.0, 7.0]]]
+    assert td.torch_shards(np.arange(3.0), world=2) == [[0.0, 1.0], [2.0]]  # as torch.chunk
+
+
+@pytest.mark.parametrize("world", [0, -1, 2.0, True])
+def test_row_shards_need_a_world(world):
+    with pytest.raises(ValueError, match="world must be an integer"):
+        td.torch_shards(np.zeros(2), world=world)

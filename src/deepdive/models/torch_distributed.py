@@ -31,9 +31,9 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["CHECK_STEPS", "COLLECTIVE_NAMES", "DEVICES", "SGD", "SPAWN_ATTEMPTS", "STRATEGIES",
-           "TIMED_STEPS", "Placement", "device_label", "finished", "global_batch", "main",
-           "make_model", "placement",
-           "read_records", "spawn", "spawn_each", "train", "wrap"]
+           "TIMED_STEPS", "Placement", "device_label", "finished", "global_batch", "local_bytes",
+           "main", "make_model", "placement", "read_records", "shard_rows", "spawn", "spawn_each",
+           "torch_shards", "train", "train_step", "wrap"]
 
 STRATEGIES = ("single", "ddp", "fsdp2")
 SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
@@ -81,7 +81,6 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
     a fresh process, and the notebook's settings do not reach it)."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     from deepdive.core.env import cpu_label
     from deepdive.core.sync import block
@@ -109,13 +108,9 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
 
     def step():
         images, labels = global_batch(batch_size, next(counter))
-        x = images[rank * local:(rank + 1) * local].to(device)
+        x = images[rank * local:(rank + 1) * local].to(device)  # this rank's slice
         y = labels[rank * local:(rank + 1) * local].to(device)
-        loss = F.cross_entropy(model(x), y)  # mean over the local slice
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)  # keep gradients allocated, as in training
-        return loss.detach()
+        return train_step(model, optimizer, x, y)
 
     start = time.perf_counter()
     local_losses = [block(step())]
@@ -127,7 +122,7 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
             local_losses.append(step())
     losses = [_all_ranks_mean(loss, strategy) for loss in local_losses]
     params = _full_parameters(model)
-    memory = _local_bytes(model, optimizer)  # after the steps: momentum buffers exist
+    memory = local_bytes(model, optimizer)  # after the steps: momentum buffers exist
     shapes = {name.removeprefix("module."): list(_local(p).shape)
               for name, p in model.named_parameters()}
     # A fixed count, one step per sample: every rank must run the same number of steps,
@@ -246,6 +241,51 @@ def _spawned(rank, strategies, world, out_dir, options):
             dist.destroy_process_group()
 
 
+def train_step(model, optimizer, x, y):
+    """One rank's training step on its slice of the global batch. Under DDP and FSDP2 the
+    communication happens inside `backward()`, so the step reads as a one-device step."""
+    import torch.nn.functional as F
+
+    loss = F.cross_entropy(model(x), y)  # the mean over this rank's slice
+    loss.backward()  # DDP: all-reduce of gradient buckets; FSDP2: gathers, reduce-scatters
+    optimizer.step()  # FSDP2: each rank updates its own shard only
+    optimizer.zero_grad(set_to_none=False)  # keep gradients allocated, as in training
+    return loss.detach()
+
+
+def shard_rows(rank: int, world: int, port: int, array: np.ndarray) -> list:
+    """One process's part of `array` under DTensor's `Shard(0)` on a gloo mesh: the rank
+    function of chapter 6's first example (`torch_shards`)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        return distribute_tensor(torch.as_tensor(array), mesh, [Shard(0)]).to_local().tolist()
+    finally:
+        dist.destroy_process_group()
+
+
+def torch_shards(array, world: int) -> list[list]:
+    """What each of `world` processes holds of `array` sharded by rows (`shard_rows`), in
+    rank order. The processes fork from one server that imported torch once, so the
+    example stays quick."""
+    import multiprocessing
+
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise ValueError(f"world must be an integer >= 1, got {world!r}")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch"])
+    port = _free_port()
+    with context.Pool(world) as pool:  # every task waits for all ranks: one per process
+        return pool.starmap(shard_rows, [(r, world, port, np.asarray(array))
+                                         for r in range(world)], chunksize=1)
+
+
 def wrap(model, strategy: str, world: int, device):
     """The model wrapped for `strategy`: DDP replicas, or FSDP2 shards per layer, or as is."""
     if strategy == "ddp":
@@ -276,8 +316,9 @@ def _full_parameters(model) -> dict[str, np.ndarray]:
     return full
 
 
-def _local_bytes(model, optimizer) -> dict[str, int]:
-    """Bytes this rank holds for parameters, gradients and optimizer state."""
+def local_bytes(model, optimizer) -> dict[str, int]:
+    """Bytes this rank holds for parameters, gradients and optimizer state: each tensor's
+    local part (an FSDP2 DTensor's shard), and the parameters' storage as allocated."""
 
     def size(tensor):
         tensor = _local(tensor)
