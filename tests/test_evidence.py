@@ -1,5 +1,6 @@
-"""deepdive.chapters.evidence and deepdive.chapters.guide read this build's claims: change
-them, and the evidence and the guide change; results shaped like every scale build a guide."""
+"""deepdive.book.evidence reads a build's claims for the intro and chapter 7's guide: change
+the saved numbers and the verdicts, sides and rows change with them; results shaped like
+every scale's build read whole, each row scoped."""
 
 import math
 from pathlib import Path
@@ -7,10 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from deepdive.book import plans
+from deepdive.book import evidence, plans
 from deepdive.book.claims import COLUMNS as CLAIM_COLUMNS
+from deepdive.book.claims import verdict_parts, verdict_phrase
 from deepdive.book.results import COLUMNS as RECORD_COLUMNS
-from deepdive.chapters import evidence, guide
+from deepdive.chapters import claim_map
 
 
 # What each scale's build looks like: its device label, and the sizes that name claims,
@@ -70,8 +72,12 @@ def memory_records(shape, scale, divided=True):
     for n in shape["devices"]:
         rows.append(("memory_per_device", "jax", "FSDP, shard_map", n, "state", 1000.0 / n,
                      "KiB"))
-    return pd.DataFrame([dict(zip(RECORD_COLUMNS, ("06_distributed", *row, shape["device"],
-                                                   scale), strict=True)) for row in rows])
+    return pd.DataFrame([record("06_distributed", *row, shape["device"], scale) for row in rows])
+
+
+def record(*values, code=""):
+    """A results row as a chapter saves it (`code`: where its timed code was written)."""
+    return dict(zip(RECORD_COLUMNS, (*values, code), strict=True))
 
 
 def results_for(scale="small", skip=(), override=None, divided=True):
@@ -103,142 +109,147 @@ def noisy_override(claim_id, numbers):
     return found
 
 
-def row(table, key):
-    return table.set_index("key").loc[key]
+def row(table, claim):
+    return table.set_index("claim").loc[claim]
 
 
-def suggests(table, need_start):
-    return advice(table, need_start)["this build suggests"]
-
-
-def advice(table, need_start):
-    rows = guide.guide_table(table)
-    return rows[rows["if you need"].str.startswith(need_start)].iloc[0]
+# The columns and claims the tests read, by name.
+NEED, SCOPE, ONE_WAY = evidence.COLUMNS[0], evidence.COLUMNS[1], evidence.ONE_WAY[0]
+TINY, DOT, ATTENTION, FUSION = ("tiny_compile_vs_jit", "dot_jit_vs_compile",
+                                "attention_jit_vs_compile", "fusion_compile_vs_jit")
+CHAR, VOCAB = "char_fp32_jax_vs_torch", "vocab_fp32_jax_vs_torch"
+VIT_BF16 = "bf16_best_jax_vs_torch"
+MEMORY = "memory_per_device"
+XLA_ROUTES = next(item.claim_ids for item in evidence.EVIDENCE if item.chapter == "05_vit_xla")
+SITE = "https://deepdives.github.io/pytorch-vs-jax/results/"
 
 
 @pytest.mark.parametrize("scale", SCALES)
-def test_results_shaped_like_every_scale_build_a_scoped_guide(scale):
+def test_results_shaped_like_every_scale_build_read_whole_and_scoped(scale):
     table = evidence.evidence_table(results_for(scale))
-    rows = guide.guide_table(table)
 
+    assert list(table.columns) == list(evidence.COLUMNS)
     assert not (table["favours"] == evidence.MISSING).any()
-    assert len(rows) == len(guide.ADVICE)
-    measured = rows[rows["measured at"] != ""]
-    assert len(measured) == len(rows)  # a row's fp32 part is measured at every scale
-    assert measured["measured at"].str.contains(SCALES[scale]["device"], regex=False).all()
-    assert measured["measured at"].str.contains(f"{scale} scale").all()
-    timed = measured["if you need"].isin([a.need for a in guide.ADVICE if a.timed])
-    on_cpu = measured["measured at"].str.contains(guide.CPU_WARNING, regex=False)
-    assert on_cpu[timed].all() if scale == "small" else not on_cpu.any()
-    assert not on_cpu[~timed].any()  # exact byte counts hold on any device
+    assert list(dict.fromkeys(table[NEED])) == list(dict.fromkeys(
+        item.need for item in evidence.EVIDENCE))  # every need, in the guide's order
+    measured = table[table["favours"] != evidence.NOT_MEASURED]
+    assert (measured["device"] == SCALES[scale]["device"]).all()
+    assert (measured["scale"] == scale).all()
+    timed = measured[measured[ONE_WAY].notna()]
+    assert len(timed) == len(measured) - 1  # all but the memory row's byte counts
+    for phrase in timed["verdict"]:
+        verdict_parts(phrase)  # the book's one form, or a ValueError
+
+
+def test_each_verdict_is_the_phrase_the_chapter_glues_for_its_claim():
+    found = results_for(override={TINY: (1.05, 0.9, 1.2, False),
+                                  FUSION: (1.0, 0.99, 1.01, False)})
+    table = evidence.evidence_table(found).set_index("claim")
+    saved = found["claims"].set_index("claim_id")
+
+    for claim_id in saved.index.intersection(table.index):
+        assert table.loc[claim_id, "verdict"] == verdict_phrase(saved.loc[claim_id])
+        assert table.loc[claim_id, "question"] == saved.loc[claim_id, "question"]
+    assert verdict_parts(table.loc[TINY, "verdict"])["form"] == "withheld"
+    assert verdict_parts(table.loc[FUSION, "verdict"])["form"] == "tie"
+
+
+def test_the_scope_is_the_part_of_the_question_before_the_comparison():
+    table = evidence.evidence_table(results_for())
+
+    assert (table[SCOPE] + ": " + table["claim"] == table["question"])[
+        table[ONE_WAY].notna()].all()  # the fixture's question is "<scope>: <id>"
 
 
 def test_scale_dependent_names_are_read_from_the_claims_not_assumed():
     full = evidence.evidence_table(results_for("full"))
 
-    assert "shakespeare-char 10.65M" in row(full, "char_fp32_jax_vs_torch")["question"]
-    assert "GPT-2 124M" in row(full, "vocab_fp32_jax_vs_torch")["question"]
-    groups = full.groupby("group")["key"].apply(list)
-    assert groups["vit_fp32"] == [f"best_jax_vs_torch_b{b}" for b in (32, 64, 128, 256)]
-    medium = evidence.evidence_table(results_for("medium")).groupby("group")["key"].apply(list)
-    assert medium["vit_fp32"] == ["best_jax_vs_torch_b16", "best_jax_vs_torch_b32"]
+    assert "shakespeare-char 10.65M" in row(full, CHAR)["question"]
+    assert "GPT-2 124M" in row(full, VOCAB)["question"]
+    vit = full[full["chapter"] == "05_vit_training"]["claim"].tolist()
+    assert vit == [f"best_jax_vs_torch_b{b}" for b in (32, 64, 128, 256)] + [
+        VIT_BF16]
+    medium = evidence.evidence_table(results_for("medium"))
+    assert medium[medium["claim"].str.startswith("best_")]["claim"].tolist() == [
+        "best_jax_vs_torch_b16", "best_jax_vs_torch_b32"]
 
 
 def test_the_verdict_is_recomputed_from_the_numbers_not_the_files_word():
-    faster = evidence.evidence_table(results_for())
-    slower = evidence.evidence_table(results_for(
-        override={"attention_jit_vs_compile": (0.5, 0.4, 0.6, False)}))
-    tie = evidence.evidence_table(results_for(
-        override={"attention_jit_vs_compile": (1.0, 0.99, 1.01, False)}))
+    def favours(numbers):
+        table = evidence.evidence_table(results_for(
+            override={ATTENTION: (*numbers, False)}))
+        return row(table, ATTENTION)["favours"]
 
-    assert row(faster, "attention_jit_vs_compile")["favours"] == "JAX"
-    assert row(slower, "attention_jit_vs_compile")["favours"] == "PyTorch"
-    assert row(tie, "attention_jit_vs_compile")["favours"] == "even"
-    assert row(faster, "attention_jit_vs_compile")["verdict"] == "faster"  # file said "stale"
-    assert "2.000x [1.900, 2.100]" in row(faster, "attention_jit_vs_compile")["result"]
-    assert "tie band [0.952, 1.050]" in row(faster, "attention_jit_vs_compile")["result"]
+    assert favours((2.0, 1.9, 2.1)) == "JAX"  # the file's verdict is "stale" throughout
+    assert favours((0.5, 0.4, 0.6)) == "PyTorch"
+    assert favours((1.0, 0.99, 1.01)) == "tie"
+    assert favours((1.05, 0.9, 1.2)) == "no verdict"
+
+
+def test_the_favoured_side_follows_which_side_the_candidate_is():
+    """The same speed-up favours JAX where JAX is the candidate, PyTorch where PyTorch is."""
+    table = evidence.evidence_table(results_for(override={
+        DOT: (2.0, 1.5, 2.5, False),  # jax.jit(vmap) the candidate
+        TINY: (2.0, 1.5, 2.5, False)}))  # torch.compile the candidate
+
+    assert row(table, DOT)["favours"] == "JAX"
+    assert row(table, TINY)["favours"] == "PyTorch"
+    assert verdict_parts(row(table, TINY)["verdict"])["fast"] == "cand"
+
+
+def test_every_ratio_is_pytorch_time_over_jax_time_whichever_side_is_the_candidate():
+    table = evidence.evidence_table(results_for(override={
+        DOT: (2.0, 1.5, 2.5, False),
+        TINY: (2.0, 1.5, 2.5, False)}))
+
+    assert row(table, DOT)[list(evidence.ONE_WAY)].tolist() == [2.0, 1.5, 2.5]
+    assert row(table, TINY)[list(evidence.ONE_WAY)].tolist() == [
+        0.5, 0.4, pytest.approx(1 / 1.5)]
+    assert math.isnan(row(table, MEMORY)[ONE_WAY])
 
 
 def test_a_noisy_side_widens_the_band_a_decision_must_clear():
-    clear = evidence.evidence_table(noisy_override("tiny_compile_vs_jit", (2.0, 1.9, 2.1, 0.5)))
-    assert ("band [0.667, 1.500], widened from [0.952, 1.050] by a noisy side"
-            in row(clear, "tiny_compile_vs_jit")["result"])
-    reached = evidence.evidence_table(noisy_override("tiny_compile_vs_jit",
-                                                     (2.0, 1.9, 2.1, 1.0)))
+    clear = row(evidence.evidence_table(noisy_override(TINY,
+                                                       (2.0, 1.9, 2.1, 0.5))),
+                TINY)
+    reached = row(evidence.evidence_table(noisy_override(TINY,
+                                                         (2.0, 1.9, 2.1, 1.0))),
+                  TINY)
 
-    assert row(clear, "tiny_compile_vs_jit")["favours"] == "PyTorch"
-    assert "noisy, size uncertain" in row(clear, "tiny_compile_vs_jit")["result"]
-    assert row(reached, "tiny_compile_vs_jit")["favours"] == evidence.WITHHELD
-
-
-def test_an_interval_across_the_band_withholds_its_recommendation():
-    table = evidence.evidence_table(results_for(
-        override={"tiny_compile_vs_jit": (1.05, 0.9, 1.2, False)}))
-
-    assert row(table, "tiny_compile_vs_jit")["favours"] == evidence.WITHHELD
-    assert suggests(table, "many tiny operations per step, compiled").startswith(
-        "withheld on this build")
-
-
-def test_a_row_with_undecided_cases_says_how_many_decided_and_which_did_not():
-    table = evidence.evidence_table(results_for(
-        override={"vocab_fp32_jax_vs_torch": (1.05, 0.9, 1.2, False)}))
-
-    row_ = advice(table, "training a language model")
-    assert row_["this build suggests"].startswith(
-        "On this build's CPU: JAX's best jax.jit step (decided in 1 of 2 cases; withheld on "
-        "this build for gpt-v1024-0.54M).")
-    assert row_["status"] == "partly decided"
-
-
-def test_a_row_whose_scope_is_partly_unmeasured_is_partly_decided_and_names_the_part():
-    small = evidence.evidence_table(results_for("small"))
-
-    row_ = advice(small, "training a language model")
-    assert row_["status"] == "partly decided"
-    assert "Not measured in this build: bf16 mixed (the evidence says why)." in row_[
-        "this build suggests"]
-    full = advice(evidence.evidence_table(results_for("full")), "training a language model")
-    assert full["status"] == "decided" and "Not measured" not in full["this build suggests"]
-
-
-def test_decided_claims_give_the_advice_for_their_side():
-    table = evidence.evidence_table(results_for(override={
-        "best_jax_vs_torch_b8": (0.5, 0.48, 0.52, False)}))
-
-    assert suggests(table, "training a ViT").startswith(
-        "On this build's CPU: depends on the case: batch 8: PyTorch's best step; batch 32: "
-        "JAX's best jax.jit step.")
-    assert suggests(evidence.evidence_table(results_for("medium")), "many tiny operations per "
-                    "step, compiled") == "On this build's Tesla T4: PyTorch under torch.compile."
+    assert clear["favours"] == "PyTorch" and clear["band"] == 0.5
+    assert verdict_parts(clear["verdict"])["band"] == 0.5  # the widened band, not the build's
+    assert reached["favours"] == "no verdict"
 
 
 def test_a_missing_chapter_is_reported_not_guessed():
     table = evidence.evidence_table(results_for(skip=("05_vit_training", "06_distributed")))
 
-    missing = table[table["chapter"].isin(["05_vit_training", "06_distributed"])]
+    gone = table[table["chapter"].isin(["05_vit_training", "06_distributed"])]
     expected = sum(e.chapter in ("05_vit_training", "06_distributed") for e in evidence.EVIDENCE)
-    assert len(missing) == expected >= 3 and (missing["favours"] == evidence.MISSING).all()
-    assert missing["ratio"].map(math.isnan).all()
-    assert (table.loc[~table.index.isin(missing.index), "favours"] != evidence.MISSING).all()
-    assert suggests(table, "training a ViT").startswith(
-        "no evidence in this build: run 05_vit_training")
-    assert advice(table, "parameters and optimizer state")["measured at"] == ""
+    assert len(gone) == expected >= 3
+    assert (gone["favours"] == evidence.MISSING).all()
+    assert (gone["verdict"] == evidence.MISSING).all()
+    assert gone[ONE_WAY].isna().all() and (gone["device"].fillna("") == "").all()
+    assert (table.loc[~table.index.isin(gone.index), "favours"] != evidence.MISSING).all()
 
 
-def test_no_claims_file_at_all_leaves_every_timed_row_missing():
+def test_no_claims_file_at_all_leaves_every_row_missing():
     table = evidence.evidence_table(results_for(skip=evidence.CHAPTERS))
 
     assert (table["favours"] == evidence.MISSING).all()
+    assert len(table) == len(evidence.EVIDENCE)  # one row per group, nothing invented
 
 
 def test_a_claim_made_only_on_some_builds_reads_not_measured_where_absent():
     small = evidence.evidence_table(results_for("small"))
+    absent = small[small["favours"] == evidence.NOT_MEASURED]
 
-    assert row(small, "vit_bf16")["favours"] == evidence.NOT_MEASURED
-    assert row(small, "lm_bf16")["favours"] == evidence.NOT_MEASURED
+    assert list(absent[SCOPE]) == ["bf16 mixed", "bf16 mixed"]  # ViT, GPT
+    assert set(absent["chapter"]) == {"05_vit_training", "04_gpt_training"}
+    assert absent["verdict"].str.startswith(evidence.NOT_MEASURED).all()
     full = evidence.evidence_table(results_for("full"))
-    assert row(full, "bf16_best_jax_vs_torch")["favours"] == "JAX"
+    assert row(full, VIT_BF16)["favours"] == "JAX"
+    assert evidence.NOT_MEASURED not in set(full["favours"])
 
 
 def test_a_chapter_without_a_required_claim_is_a_clear_error():
@@ -251,31 +262,28 @@ def test_a_chapter_without_a_required_claim_is_a_clear_error():
 
 
 def test_memory_compares_both_frameworks_at_their_largest_common_device_count():
-    table = evidence.evidence_table(results_for("small"))
-    memory = row(table, "fsdp_memory")
+    memory = row(evidence.evidence_table(results_for("small")), MEMORY)
 
-    assert memory["devices"] == 4  # PyTorch ran 2 and 4 ranks, JAX 2, 4 and 8 devices
+    assert memory[SCOPE] == "4 devices"  # PyTorch ran 2 and 4, JAX 2, 4 and 8
     assert memory["favours"] == "either framework"
-    assert "0.251" in memory["result"] and "0.250" in memory["result"]
+    assert "0.251" in memory["verdict"] and "0.250" in memory["verdict"]
 
 
-def test_the_memory_row_names_the_model_chapter_5_saved():
+def test_the_memory_row_names_the_model_chapter_6_saved():
     results = results_for("small")
     model = ("06_distributed", "model", "both", "MLP training step, 1,000 parameters", "-",
              "parameters", 1000.0, "count", SCALES["small"]["device"], "small")
     results["06_distributed"] = pd.concat([results["06_distributed"], pd.DataFrame(
-        [dict(zip(RECORD_COLUMNS, model, strict=True))])], ignore_index=True)
+        [record(*model)])], ignore_index=True)
 
-    memory = row(evidence.evidence_table(results), "fsdp_memory")
-    assert memory["question"].startswith("MLP training step, 1,000 parameters: ")
+    memory = row(evidence.evidence_table(results), MEMORY)
+    assert memory[SCOPE].startswith(model[3])
 
 
 def test_memory_names_the_framework_that_divided_the_state():
     table = evidence.evidence_table(results_for("full", divided=False))
 
-    assert row(table, "fsdp_memory")["favours"] == "JAX"
-    assert suggests(table, "parameters and optimizer state").startswith(
-        "On this build's NVIDIA A100-SXM4-80GB: JAX FSDP")
+    assert row(table, MEMORY)["favours"] == "JAX"
 
 
 @pytest.mark.parametrize(("pattern", "ids", "expected"), [
@@ -290,85 +298,27 @@ def test_a_pattern_with_a_size_names_every_saved_claim_it_matches(pattern, ids, 
     assert evidence.resolve_claim_ids(pattern, ids) == expected
 
 
-def test_every_row_has_exactly_one_status():
-    table = evidence.evidence_table(results_for(override={
-        "best_jax_vs_torch_b8": (0.5, 0.45, 0.55, False),
-        "tiny_compile_vs_jit": (1.05, 0.9, 1.2, False)}))
-    statuses = guide.guide_table(table).set_index("if you need")["status"]
-
-    assert set(statuses) <= set(guide.STATUSES)
-    assert statuses["training a ViT, each framework's best checked step, fp32 strict and "
-                    "bf16 mixed"] == "partly decided, depends on the case"
-    assert statuses["many tiny operations per step, compiled"] == "withheld"
-    assert statuses["many tiny operations per step, op by op (eager)"] == "decided"
-
-
-def test_a_detailed_row_shows_what_ran_on_each_side():
-    table = evidence.evidence_table(results_for())
-
-    assert "cand against base" in advice(table, "training a ViT")[
-        "measured at"]  # the fixture's candidate and baseline
-    assert "cand against base" not in advice(table, "many tiny operations per step, "
-                                                    "compiled")["measured at"]
-
-
-@pytest.mark.parametrize(("questions", "labels"), [
-    (["dot, batch 256, CPU: a", "attention, batch 256, CPU: a", "grads, batch 32, CPU: a"],
-     ["dot, batch 256", "attention, batch 256", "grads, batch 32"]),
-    (["ViT, batch 8, CPU: x", "ViT, batch 32, CPU: x"], ["batch 8", "batch 32"]),
-    (["same scope: jit", "same scope: compile"], ["jit", "compile"]),
-])
-def test_cases_are_told_apart_by_what_differs_in_their_scope(questions, labels):
-    assert guide.case_labels(questions) == labels
-
-
-def test_every_advice_rests_on_known_evidence_and_speaks_for_every_side():
-    keys = {item.key: item for item in evidence.EVIDENCE}
-    for item in guide.ADVICE:
-        assert set(item.keys) <= set(keys), item.need
-        for key in item.keys:
-            sides = ({"either framework", "PyTorch", "JAX", "neither"}
-                     if isinstance(keys[key], evidence.ShardedMemory)
-                     else {*keys[key].favours.values(), "even"})
-            assert sides <= set(item.says), (item.need, sides - set(item.says))
-
-
-def test_the_guide_holds_only_comparisons_of_the_two_frameworks():
-    """A row that cannot decide between PyTorch and JAX (one framework's variants,
+def test_the_evidence_holds_only_comparisons_of_the_two_frameworks():
+    """A claim that cannot decide between PyTorch and JAX (one framework's variants,
     simulated devices' timings) stays in its chapter."""
     for item in evidence.EVIDENCE:
         if isinstance(item, evidence.FromClaim):
             assert set(item.favours.values()) == {"JAX", "PyTorch"}, item.key
+            assert item.chapter in evidence.CHAPTERS and item.claim_ids, item.key
         else:
-            assert set(item.sharded) == {"torch", "jax"}, item.key
+            assert set(item.sharded) == set(item.single) == {"torch", "jax"}, item.key
 
 
-def test_advice_on_unknown_evidence_is_a_clear_error():
-    table = evidence.evidence_table(results_for())
-    bad = guide.Advice("anything", ("no_such_key",), {}, "01_vmap")
-
-    with pytest.raises(KeyError, match="no_such_key"):
-        guide.recommend(bad, table)
-
-
-def test_the_scope_is_the_part_of_the_question_before_the_comparison():
-    assert guide.scope_of("ViT step, batch 32, CPU: torch eager, SDPA: bf16 against fp32") == \
-        "ViT step, batch 32, CPU"
-
-
-def test_disagreeing_and_undecided_cases_together_have_their_own_status():
-    table = evidence.evidence_table(results_for(override={
-        "grads_jit_vs_compile": (0.5, 0.45, 0.55, False),
-        "attention_jit_vs_compile": (1.05, 0.9, 1.2, False)}))
-
-    row_ = advice(table, "per-example code (vmap), compiled")
-    assert row_["status"] == "partly decided, depends on the case"
-    assert "depends on the case" in row_["this build suggests"]
+def test_a_need_of_several_groups_keeps_them_together():
+    needs = [item.need for item in evidence.EVIDENCE]
+    for need in set(needs):
+        first = needs.index(need)
+        assert needs[first:first + needs.count(need)] == [need] * needs.count(need), need
 
 
 def test_the_published_evidence_lives_under_the_sites_address():
     root = Path(__file__).resolve().parents[1]
-    assert evidence.published_results(root) == "https://deepdives.github.io/pytorch-vs-jax/results/"
+    assert evidence.published_results(root) == SITE
 
 
 @pytest.mark.parametrize("as_address", [False, True], ids=["folder", "file-url"])
@@ -394,14 +344,98 @@ def test_fetch_refuses_a_partial_copy_naming_what_is_missing(tmp_path):
         evidence.fetch(saved.as_uri(), tmp_path / "read")
 
 
+def test_the_evidence_is_this_builds_unless_another_is_named(tmp_path):
+    assert evidence.evidence_dir(tmp_path, environ={}) == (tmp_path, None)
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in evidence.EVIDENCE_FILES:
+        (other / name).write_text("x\n")
+    folder, source = evidence.evidence_dir(tmp_path / "results",
+                                           environ={"DEEPDIVE_EVIDENCE": str(other)})
+    assert source == f"{other}/" and (folder / "claims.csv").exists()
+    assert folder != tmp_path / "results"  # fetched beside this build's, never into it
+
+
 def test_a_skipped_pytorch_xla_page_is_not_measured_not_missing():
     """DEEPDIVE_SKIP_XLA=1 builds save no claims from the PyTorch/XLA page: its row says
-    why, while the other chapters' rows are read as usual."""
+    so, while the other chapters' rows are read as usual."""
     table = evidence.evidence_table(results_for(skip=("05_vit_xla",)))
-    xla = table[table["group"] == "xla_route"]
+    xla = table[table["chapter"] == "05_vit_xla"]
     assert len(xla) == 1 and (xla["favours"] == evidence.NOT_MEASURED).all()
-    assert xla["result"].str.contains("did not run its route").all()
     assert evidence.MISSING not in set(table["favours"])
     ran = evidence.evidence_table(results_for())
-    assert set(ran[ran["group"] == "xla_route"]["key"]) == {
-        "xla_lazy_vs_jax", "xla_compile_vs_jax", "torchax_vs_jax"}
+    assert set(ran[ran["chapter"] == "05_vit_xla"]["claim"]) == {*XLA_ROUTES}
+
+
+# --- claims that moved --------------------------------------------------------------------
+
+def test_claims_an_older_build_saved_elsewhere_are_read_where_they_live_now(monkeypatch):
+    shape = SCALES["small"]
+    monkeypatch.setitem(claim_map.MOVED, ("03_torch_compile", "old_id"),
+                        ("04_gpt_training", "new_id"))
+    claims = pd.DataFrame([claim_row("03_torch_compile", "old_id", "s", shape, "small"),
+                           claim_row("03_torch_compile", "kept", "s", shape, "small")])
+    moved = evidence.follow_moves(claims, claim_map.current)
+    assert list(zip(moved["chapter"], moved["claim_id"], strict=True)) == [
+        ("04_gpt_training", "new_id"), ("03_torch_compile", "kept")]
+
+
+def test_a_claim_saved_in_its_new_home_wins_over_the_moved_copy(monkeypatch):
+    shape = SCALES["small"]
+    monkeypatch.setitem(claim_map.MOVED, ("03_torch_compile", "x"), ("04_gpt_training", "x"))
+    claims = pd.DataFrame([claim_row("03_torch_compile", "x", "old", shape, "small"),
+                           claim_row("04_gpt_training", "x", "new", shape, "small")])
+    moved = evidence.follow_moves(claims, claim_map.current)
+    assert len(moved) == 1 and moved["question"].iat[0] == "new: x"
+
+
+def test_load_all_follows_the_map(tmp_path, monkeypatch):
+    shape = SCALES["small"]
+    monkeypatch.setitem(claim_map.MOVED, ("03_torch_compile", "a"), ("04_gpt_training", "a"))
+    pd.DataFrame([claim_row("03_torch_compile", "a", "s", shape, "small")]).to_csv(
+        tmp_path / "claims.csv", index=False)
+    found = evidence.load_all(tmp_path, claim_map.current)
+    assert found["claims"]["chapter"].tolist() == ["04_gpt_training"]
+    assert all(found[chapter] is None for chapter in evidence.CHAPTERS)  # saved nothing
+
+
+def test_the_data_folder_is_found_from_anywhere(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no _toc.yml above: found beside the package's source
+    assert evidence.data_dir() == Path(__file__).resolve().parents[1] / "book" / "data"
+
+
+# --- which build measured each chapter -----------------------------------------------------
+
+@pytest.mark.parametrize(("stamp", "source", "this_build"), [
+    ({"build_id": "b1", "commit": "c"}, "elsewhere", False),
+    ({"build_id": "b1", "commit": "c"}, None, True),
+    ({"build_id": "b0", "commit": "c+uncommitted"}, None, False),
+    ({"build_id": "b0", "commit": "d"}, None, False),
+])
+def test_only_a_stamp_of_this_build_id_reads_this_build(stamp, source, this_build):
+    assert (evidence.measured_in(stamp, "b1", "c", source) == "this build") == this_build
+
+
+def test_an_earlier_build_is_told_apart_by_its_commit_and_a_run_outside_a_build_named():
+    from deepdive.book.provenance import OUTSIDE_BUILD
+
+    labels = {evidence.measured_in({"build_id": build, "commit": commit}, "b1", "c", None)
+              for build, commit in (("b0", "c+uncommitted"), ("b0", "d"), (OUTSIDE_BUILD, "c"))}
+    assert len(labels) == 3 and "this build" not in labels
+
+
+def test_which_build_lists_every_chapter_the_evidence_reads(tmp_path, monkeypatch):
+    from deepdive.book import provenance
+
+    monkeypatch.setattr(provenance, "build_id", lambda: "b1")
+    monkeypatch.setattr(provenance, "commit", lambda: "c")
+    pd.DataFrame([{"chapter": "01_vmap", "build_id": "b1", "commit": "c"}]).to_csv(
+        tmp_path / provenance.FILE_NAME, index=False)
+    read, stamps = evidence.which_build(tmp_path, None)
+    assert list(read["chapter"]) == list(evidence.CHAPTERS)
+    by = read.set_index("chapter")["measured in"]
+    assert by["01_vmap"] == "this build"
+    assert by.drop("01_vmap").str.startswith(evidence.MISSING).all()
+    assert list(stamps["chapter"]) == ["01_vmap"]
+    empty, none = evidence.which_build(tmp_path / "nothing", None)  # no stamps at all
+    assert empty["measured in"].str.startswith(evidence.MISSING).all() and none.empty

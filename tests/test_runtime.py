@@ -19,8 +19,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-ALL_FOUND = ("The results of every measuring page (every chapter before this one, with the "
-             "PyTorch/XLA page) were found.")
+GLUED = "application/papermill.record/"  # how myst-nb's glue keeps a value, by MIME type
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_PYTHON = ROOT / ".venv-runtime" / "bin" / "python"
@@ -65,6 +64,14 @@ def execute(notebook: Path, *, python: Path, cwd: Path, env: dict, tmp_path: Pat
     kernel_env.update(env)
     client.execute(env=kernel_env)
     return nb
+
+
+def glued(nb) -> dict[str, str]:
+    """{key: the value's Markdown, else its text} of everything the notebook glued."""
+    return {o["metadata"]["scrapbook"]["name"]:
+            o["data"].get(GLUED + "text/markdown", o["data"].get(GLUED + "text/plain"))
+            for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if "scrapbook" in o.get("metadata", {})}
 
 
 def first_output(nb) -> str:
@@ -130,13 +137,15 @@ def test_the_colab_path_runs_a_chapter_top_to_bottom(runtime_python, tmp_path, e
     assert "Kept from this runtime: torch" in report and "Installing:" not in report
     assert "Scale: small" in report
     assert (book / "_build" / "results" / "07_choosing.csv").exists()  # saved in the clone
-    text = json.dumps([c.get("outputs", []) for c in nb.cells])
+    text, values = json.dumps([c.get("outputs", []) for c in nb.cells]), glued(nb)
     if evidence == "published":
-        assert ALL_FOUND in text
-        assert "Read from another build." in text
-    else:
-        assert "No evidence to read yet." in text and "No timed claims to plot." in text
-        assert "DEEPDIVE_EVIDENCE=published" in text
+        assert values["missing_chapters"] == repr("none")  # every measuring page was found
+        assert env["DEEPDIVE_EVIDENCE"] in values["evidence_source"]  # and said whose
+        assert "MISSING" not in values["findings"]
+    else:  # the page says so, and how to get some, and shows no stale number
+        assert "No evidence to read yet" in text and "DEEPDIVE_EVIDENCE=published" in text
+        assert "01_vmap" in values["missing_chapters"]
+        assert "MISSING" in values["findings"] and " faster than " not in text
 
 
 def test_an_unreachable_address_stops_the_first_cell_saying_how_to_fix_it(tmp_path):

@@ -7,7 +7,7 @@ measured (`DEEPDIVE_EVIDENCE=published`) instead of needing every chapter before
 import shutil
 from pathlib import Path
 
-from deepdive.chapters.evidence import EVIDENCE_FILES
+from deepdive.book.evidence import EVIDENCE_FILES
 from deepdive.core.env import results_dir
 
 
