@@ -17,8 +17,8 @@ from bs4 import BeautifulSoup
 
 from deepdive.book import plans
 
-ALL_FOUND = ("The results of every measuring page (every chapter before this one, with the "
-             "PyTorch/XLA page) were found.")
+# What chapter 7 says when it found every measuring page's results (its glued list is empty).
+ALL_FOUND = "Chapters whose results this page could not find: none."
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -133,10 +133,9 @@ def test_vmap_summary_gives_intervals():
 
 def test_the_guide_read_every_chapters_results_in_this_build():
     soup = page("notebooks/07_choosing")
-    text = soup.get_text()
-    assert ALL_FOUND in text
-    assert "MISSING" not in soup.find(id="tbl-evidence").get_text()
-    assert soup.find(id="tbl-guide") is not None
+    assert ALL_FOUND in " ".join(soup.get_text().split())
+    for table in ("tbl-guide", "tbl-evidence", "tbl-provenance"):
+        assert "MISSING" not in soup.find(id=table).get_text(), table
 
 
 def glued_rows(table):
@@ -171,24 +170,54 @@ def test_the_reproduce_page_and_chapter_6_name_the_same_build_behind_each_chapte
         assert not any("not recorded" in cell for cells in listed.values() for cell in cells)
 
 
-def test_every_guide_row_states_where_it_was_measured():
-    from deepdive.chapters.guide import ADVICE, CPU_WARNING
+def guide_rows(table) -> list[dict]:
+    """The guide's rows as {column: text}, its two index levels included (a need spans the
+    rows of its claims, so a row without its own need header belongs to the one above)."""
+    header = [" ".join(th.get_text().split()) for th in table.find("thead").find_all("tr")[-1]
+              .find_all("th")]
+    columns = [text for th in table.find("thead").find("tr").find_all("th")
+               if (text := " ".join(th.get_text().split()))]
+    rows, need = [], None
+    for tr in table.find("tbody").find_all("tr"):
+        heads = [" ".join(th.get_text().split()) for th in tr.find_all("th")]
+        need = heads[0] if len(heads) == 2 else need
+        cells = [" ".join(td.get_text().split()) for td in tr.find_all("td")]
+        rows.append({header[0]: need, header[1]: heads[-1], **dict(zip(columns, cells,
+                                                                      strict=True))})
+    return rows
 
-    soup = page("notebooks/07_choosing")
-    header = [" ".join(th.get_text().split()) for th in soup.find(id="tbl-guide").find_all("th")]
-    scope_column = header.index("measured at") - 1  # the first th heads the index column
-    measured, rows = 0, glued_rows(soup.find(id="tbl-guide"))
-    for need, cells in rows.items():
-        if cells[0].startswith(("not measured", "no cross-framework")):  # nothing to scope
-            continue
-        measured += 1
-        assert "scale" in cells[scope_column], need
-        timed = need in {a.need for a in ADVICE if a.timed}  # byte counts hold anywhere
-        assert not timed or "cores)" not in cells[scope_column] \
-            or CPU_WARNING in cells[scope_column], need
-    # every row is a cross-framework comparison some chapter measures (no single-framework
-    # rows), so a full build measures all of them
-    assert measured == len(rows) >= 8
+
+def test_every_guide_row_states_where_it_was_measured():
+    """Each row of the guide is one claim, its verdict in the book's one form (or the memory
+    row's byte counts), with the device and scale it ran at; a full build reads them all."""
+    from deepdive.book.claims import verdict_parts
+    from deepdive.book.evidence import EVIDENCE, NOT_MEASURED
+
+    rows = guide_rows(page("notebooks/07_choosing").find(id="tbl-guide"))
+    measured = [r for r in rows if not r["verdict"].startswith(NOT_MEASURED)]
+    for row in measured:
+        assert row["device"] and row["scale"] in ("small", "medium", "full"), row
+        if row["favours"] in ("JAX", "PyTorch", "tie", "no verdict"):
+            said = verdict_parts(row["verdict"])  # the phrase, or a ValueError
+            assert said["form"] == {"tie": "tie", "no verdict": "withheld"}.get(
+                row["favours"], "decided"), row
+    assert {r["if you need"] for r in rows} == {item.need for item in EVIDENCE}
+    assert len(measured) >= 10  # every group of EVIDENCE but the GPU-only bf16 ones
+
+
+def test_the_intro_and_the_guide_read_each_verdict_the_same_way():
+    """One verdict, one phrase: the intro's table says what the guide says, and the guide
+    what claims.csv's numbers say (`verdict_phrase`)."""
+    import pandas as pd
+
+    from deepdive.book.claims import verdict_phrase
+
+    guide = [r["verdict"] for r in guide_rows(page("notebooks/07_choosing").find(id="tbl-guide"))]
+    intro = [r["verdict"] for r in guide_rows(page("book/intro").find("table"))]
+    assert intro == guide
+    phrases = {verdict_phrase(row) for _, row in pd.read_csv(CLAIMS_FILE).iterrows()}
+    timed = [v for v in guide if " faster than " in v or " against " in v]
+    assert timed and set(timed) <= phrases
 
 
 def test_vit_summary_gives_intervals_and_the_parity_check_passed():
@@ -409,7 +438,7 @@ def test_the_reproduce_page_reports_each_chapters_run_time_against_its_budget_he
 
 
 def test_the_site_publishes_the_evidence_chapter_6_can_read_on_its_own():
-    from deepdive.chapters.evidence import EVIDENCE_FILES
+    from deepdive.book.evidence import EVIDENCE_FILES
 
     for name in EVIDENCE_FILES:
         published = HTML / "results" / name

@@ -30,9 +30,7 @@ def first(pattern, source):
 @pytest.mark.parametrize("chapter", BOTH_FRAMEWORKS)
 def test_jax_is_told_to_share_the_gpu_before_it_is_imported(chapter):
     source = code(chapter)
-    # The distributed chapter's `before_jax` calls it (tests/test_chapters_distributed.py).
-    shared = first(r"let_jax_share_the_gpu\(\)|XLA_PYTHON_CLIENT_PREALLOCATE|"
-                   r"distributed\.before_jax\(", source)
+    shared = first(r"let_jax_share_the_gpu\(\)|XLA_PYTHON_CLIENT_PREALLOCATE", source)
     imported = first(r"^import jax\b", source)
 
     assert shared is not None, f"{chapter} lets JAX reserve 75% of a GPU beside PyTorch"
@@ -69,8 +67,8 @@ def test_every_chapter_takes_its_sizes_from_the_plans_and_checks_its_plan_first(
 
 
 def test_the_gpt_benchmark_keeps_losses_and_marks_steps_with_the_tested_helpers():
-    # The benchmark moved from chapter 3 to the GPT chapter, its steps into its module.
-    source = (NOTEBOOKS.parent / "src" / "deepdive" / "chapters" / "gpt_training.py").read_text()
+    # The benchmark moved from chapter 3 to the GPT chapter, whose page writes its steps.
+    source = code("04_gpt_training")
 
     assert "keep_loss(loss)" in source and "uses_cuda_graphs(options)" in source
     assert not re.search(r"losses\.append\(loss\.detach\(\)\)", source)

@@ -17,27 +17,101 @@ def code_cells(path):
     return [c.source for c in jupytext.read(path).cells if c.cell_type == "code"]
 
 
-FIRST_CELL = code_cells(CHAPTERS[0])[0]
+def colab_block(source: str) -> str:
+    """The Colab block that opens a chapter's set-up cell: up to its `colab.set_up` call."""
+    lines = source.splitlines()
+    end = next((i for i, line in enumerate(lines) if "colab.set_up(BOOK, REPO)" in line), None)
+    return "\n".join(lines[:end + 1]) if end is not None else ""
+
+
+def set_up_cell(path):
+    """The chapter's set-up cell: the first code cell that opens with the Colab block. A
+    quick example may come before it, as long as it needs nothing the set-up provides."""
+    cells = [c for c in jupytext.read(path).cells if c.cell_type == "code"]
+    index = next(i for i, c in enumerate(cells) if colab_block(c.source))
+    return cells[index], cells[:index]
+
+
+FIRST_CELL = colab_block(set_up_cell(CHAPTERS[0])[0].source)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_every_chapter_opens_with_the_same_colab_cell(chapter):
-    assert code_cells(chapter)[0] == FIRST_CELL
+def test_every_chapter_sets_up_with_the_same_colab_block_before_the_book_is_imported(chapter):
+    cell, before = set_up_cell(chapter)
+    assert colab_block(cell.source) == FIRST_CELL
+    # in Colab the book is cloned by that block: nothing before it may import it
+    assert not [c.source for c in before if "deepdive" in c.source]
 
 
-def test_the_colab_cell_acts_only_under_colab_and_fails_loudly():
-    assert FIRST_CELL.startswith('import os\nimport sys\n\nif "google.colab" in sys.modules:')
-    assert f'os.environ.get("DEEPDIVE_REPO", "{REPOSITORY}")' in FIRST_CELL
-    assert "colab.set_up(BOOK, REPO)" in FIRST_CELL
+def test_the_colab_block_acts_only_under_colab_and_fails_loudly():
+    opening = 'import os\nimport sys\n\nif "google.colab" in sys.modules:'
+    assert FIRST_CELL.startswith(opening)
+    address = f'os.environ.get("DEEPDIVE_REPO", "{REPOSITORY}")'
+    assert address in FIRST_CELL
     # IPython's !git and %pip never raise: a failure must stop the cell itself.
     assert "!" not in FIRST_CELL.replace("!=", "") and "%pip" not in FIRST_CELL
     assert len(FIRST_CELL.splitlines()) <= 30
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_the_colab_cell_is_removed_from_the_html(chapter):
-    first = next(c for c in jupytext.read(chapter).cells if c.cell_type == "code")
-    assert "remove-cell" in first.metadata.get("tags", [])
+def test_the_set_up_cell_is_collapsed_not_removed(chapter):
+    """A reader can open the set-up and run the page from it: it is on the page, folded."""
+    tags = set_up_cell(chapter)[0].metadata.get("tags", [])
+    assert "hide-cell" in tags and "remove-cell" not in tags
+
+
+def assigned_names(source: str) -> set[str]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython magics
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            found.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return found
+
+
+def read_names(source: str) -> set[str]:
+    """Names a cell reads from the notebook's globals: a function's own parameters and
+    locals are not."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+
+    def reads(node, local: frozenset) -> set[str]:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            params = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+            stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                      and isinstance(n.ctx, ast.Store)}
+            local = local | params | stored
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            return set() if node.id in local else {node.id}
+        return set().union(*(reads(child, local) for child in ast.iter_child_nodes(node)))
+
+    return reads(tree, frozenset())
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_nothing_a_reader_sees_comes_from_a_removed_cell(chapter):
+    """Removed cells are the site's bookkeeping (glue, records, claims saved): a name they
+    define and no visible cell does would look undefined to a reader."""
+    cells = [c for c in jupytext.read(chapter).cells if c.cell_type == "code"]
+    removed = [c for c in cells if "remove-cell" in c.metadata.get("tags", [])]
+    visible = [c for c in cells if c not in removed]
+    only_removed = set().union(*(assigned_names(c.source) for c in removed)) - set().union(
+        *(assigned_names(c.source) for c in visible))
+    used = set().union(*(read_names(c.source) for c in visible))
+    assert sorted(only_removed & used) == []
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)

@@ -76,7 +76,8 @@ def test_a_sweep_with_the_held_point_runs_it_again_as_the_control(tmp_path, caps
     run.sweep([Release("jax", "0.11.1"), matrix.held_point()], tmp_path, tmp_path, fake)
     assert ran == [("jax 0.11.1", tmp_path.name), ("jax 0.12.0.1", tmp_path.name),
                    ("jax 0.12.0.1", "control")]
-    assert "jax 0.12.0.1 (control): ok" in capsys.readouterr().out
+    control = "jax 0.12.0.1 (control)"
+    assert f"{control}: ok" in capsys.readouterr().out
     ran.clear()
     run.sweep([Release("torch", "2.13.0")], tmp_path, tmp_path, fake)
     assert ran == [("torch 2.13.0", tmp_path.name)]  # no held point, no control
@@ -90,14 +91,15 @@ def test_the_write_loops_closed_form_is_what_the_loop_computes():
 
 
 def test_an_unknown_workload_is_refused():
-    assert list(workloads.chosen("fori_loop write")) == ["fori_loop write"]
+    fori = "fori_loop write"
+    assert list(workloads.chosen(fori)) == [fori]
     with pytest.raises(ValueError, match="accepted: jax-ml/jax#39103"):
         workloads.chosen("vmap, nothing")
 
 
 def test_a_tool_error_is_kept_as_its_last_lines():
-    assert run.tail("a\n\nb\nc\nd\n") == "b | c | d"
-    assert workloads.error_text(ValueError("first\nsecond")) == "ValueError: first"
+    assert run.tail("a\n\nb\nc\nd\n").split(" | ") == ["b", "c", "d"]
+    assert workloads.one_line(ValueError("first\nsecond")) == "ValueError: first"
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +134,8 @@ def release_pair(tmp_path_factory):
 def test_a_release_pair_writes_its_bundle_and_records_both_runs(release_pair):
     into, ok, failed, work = release_pair
     assert ok.status == "ok" and ok.bundle, ok.error
-    assert failed.status == "install failed" and "no matching distribution" in failed.error
+    pip_said = "no matching distribution"
+    assert failed.status == "install failed" and pip_said in failed.error
     rows = {r["release"]: r for r in matrix.read_runs(into / "runs.csv")}
     assert rows["0.11.2"]["bundle"] == "" and rows[ok.release]["bundle"] == ok.bundle
     bundle = bundles.load(into / ok.bundle)
@@ -155,3 +158,19 @@ def test_a_release_pair_records_both_probes_right_on_the_held_jax(release_pair):
     assert sorted(writes["size"].astype(int)) == list(workloads.FORI_ITERATIONS)
     assert (writes["value"] == 1.0).all()
     json.dumps(ok.__dict__)  # a run row is plain data
+
+
+def test_the_release_sweep_checks_jax_39103_at_the_chapters_size_without_importing_it_early():
+    """The chapter's saved code imports the frameworks; the sweep must pin threads first."""
+    import subprocess
+    import sys
+
+    from deepdive.chapters import vmap
+
+    assert workloads.JAX_39103_ROWS == vmap.JAX_39103_ROWS
+    probe = ("import sys, deepdive.releases.workloads; "
+             "print(sorted({'jax', 'torch'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
+

@@ -16,19 +16,20 @@ each; a module imports only from its own layer and the layers before it
    (the PyTorch/XLA route, run in its own environment and process).
 3. `deepdive.book`, the book's plumbing: `results` (tidy records per chapter), `provenance`
    (which build measured them), `calibration` (the tie band and CPU peak, measured once per
-   build), `claims` (every verdict in claims.csv, glued back into the prose), `claim_ids`
+   build), `claims` (every verdict in claims.csv, glued back into the prose), `evidence`
+   (the claims that compare the frameworks, read by the intro and chapter 7), `claim_ids`
    (every claim id the pages can save), `bundles` (a build's evidence committed as a dated
    bundle, and read back validated), `plots` (house style), `plan` (a chapter's estimated
    time and memory, refused when it cannot fit), `plans` (every chapter's sizes at every
    scale) and `colab` (the Colab set-up cell).
 4. `deepdive.chapters`, the pages' own code: each chapter's helpers and readings, `stability`
-   and `regimes` (the methodology page's experiments), `evidence`, `guide` and
-   `bottom_line` (the choosing chapter's readings), and `ledger` (the ledger page's: every
-   committed bundle beside this build, claim by claim).
+   and `regimes` (the methodology page's probe workers), `choosing` (chapter 7's kernel
+   backends and short errors), and `ledger` (the ledger page's: every committed bundle
+   beside this build, and the release sweeps, read back as tables).
 5. `deepdive.releases`, the release sweeps (`make releases`, never part of a build): `matrix`
    (which jax and torch releases, what each installs, the runs' ledger), `workloads` (the
-   reduced set each release runs), `run` (a throwaway environment per release, one bundle
-   each) and `history` (the ledger page's reading of them).
+   reduced set each release runs) and `run` (a throwaway environment per release, one
+   bundle each).
 
 Importing the core or the plumbing imports neither torch nor jax (they are imported inside
 the functions that need them), so a page or worker that uses one framework never pays for

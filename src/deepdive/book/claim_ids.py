@@ -21,13 +21,13 @@ _PRECISION = "(?:fp32|bf16)"
 _N = r"[0-9]+"  # a batch size or a device count: it changes with the scale
 
 CLAIM_IDS: tuple[str, ...] = (
-    # 01_vmap: the sweep at the largest batch, per workload (vmap.register_sweep_claims)
+    # 01_vmap: the sweep at the largest batch, per workload (the page's sweep_claim calls)
     r"^(?:dot|attention)_(?:torch_vmap_vs_loop|jax_vmap_vs_loop|jit_vmap_vs_jit_loop"
     r"|vmap_vs_batched|compile_vs_batched|jit_vs_compile|jit_vs_vmap)$",
     # ... and at every batch size
     rf"^(?:dot|attention)_(?:compile_vs_vmap|fori_vs_vmap)_{_N}$",
     rf"^attention_at_set_vs_loop_{_N}$",
-    # 01_vmap: per-example gradients (vmap.GRAD_CLAIMS)
+    # 01_vmap: per-example gradients (the page's GRAD_CLAIMS)
     r"^grads_(?:torch_vmap_vs_loop|jax_vmap_vs_loop|jit_vs_jit_loop|compile_vs_vmap"
     r"|jax_vs_torch_eager|jit_vs_compile)$",
     # 02_jit_xla: fusion and copies, under the kept allocator regime and glibc's defaults
@@ -57,7 +57,7 @@ CLAIM_IDS: tuple[str, ...] = (
     r"^(?:math_jax_vs_torch|seed_pair_jax_vs_torch|compile_vs_eager_torch"
     r"|sdpa_vs_eager_attn_torch|dpa_vs_eager_attn_jax|seed_jax_vs_torch|seed_compile_vs_eager"
     r"|loader_torch|loader_jax)$",
-    # 05_vit_training: bf16 against fp32 per mode (vit_training.bf16_claim_id; compiled: GPU)
+    # 05_vit_training: bf16 against fp32 per mode (the page's BF16_IDS; compiled: GPU)
     r"^bf16_(?:torch_eager_SDPA|torch_compile_SDPA|jax_jit_split_merge"
     r"|jax_jit_split_merge_dot_product_attention|fused_jax_vs_torch|best_jax_vs_torch)$",
     # 05_vit_xla: each PyTorch/XLA route against eager and against JAX, in the worker
