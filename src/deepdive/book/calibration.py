@@ -181,12 +181,15 @@ def peak(device: str, dtype: str, *, bf16_native: bool = True) -> flops.Peak:
     return measured
 
 
-def slowness() -> float:
+def slowness(calibration: Calibration | None = None) -> float:
     """How much longer than the reference machine this build's CPU takes (`plan.slowness`,
-    from the measured fp32 peak): the factor its page budgets and hang guards stretch by."""
+    from the measured fp32 peak): the factor its page budgets and hang guards stretch by.
+    By default this process's calibration (`current`, measured if none holds for it); a page
+    that only reports on the build passes the saved one (`load()`), which it must not
+    replace with one of its own conditions."""
     from deepdive.book import plan
 
-    return plan.slowness(current().cpu_peak("fp32").flops_per_s)
+    return plan.slowness((calibration or current()).cpu_peak("fp32").flops_per_s)
 
 
 NONE_SAVED = "none saved yet: the first page to run measures it"
