@@ -306,30 +306,28 @@ def test_every_claim_reads_on_its_page_as_the_file_says(chapter):
             assert f"{claim['question']}: {phrase}" in box
 
 
-def executed_notebooks() -> list[Path]:
-    """The notebooks myst-nb executed (or took from its cache) for this build's pages."""
-    found = sorted((ROOT / "_build" / "jupyter_execute").rglob("*.ipynb"))
-    assert found, "the build left no executed notebooks in _build/jupyter_execute"
+def glue_files() -> list[Path]:
+    """What each executed page glued, as myst-nb saves it beside the executed notebook."""
+    found = sorted((ROOT / "_build" / "jupyter_execute").rglob("*.glue.json"))
+    assert found, "the build left no glue files in _build/jupyter_execute"
     return found
 
 
-def glued_values(notebook: Path) -> dict[str, str]:
-    """{glue key: its plain-text value} of one executed notebook."""
+def glued_values(path: Path) -> dict[str, str]:
+    """{glue key: its text} of one page, for the values glued as text (not tables, numbers
+    or figures)."""
     import ast
 
-    from deepdive.book.results import GLUE_PREFIX
-
     values = {}
-    for cell in json.loads(notebook.read_text())["cells"]:
-        for output in cell.get("outputs", []):
-            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
-            text = output.get("data", {}).get(GLUE_PREFIX + "text/plain")
-            if name and text is not None:
-                text = "".join(text) if isinstance(text, list) else text
-                try:
-                    values[name] = str(ast.literal_eval(text))
-                except (ValueError, SyntaxError):
-                    values[name] = text
+    for name, output in json.loads(path.read_text()).items():
+        text = output.get("data", {}).get("text/plain")
+        text = "".join(text) if isinstance(text, list) else text
+        try:
+            value = ast.literal_eval(text) if text else None
+        except (ValueError, SyntaxError):  # a table's or an object's repr
+            continue
+        if isinstance(value, str):
+            values[name] = value
     return values
 
 
@@ -348,7 +346,7 @@ def test_every_glued_verdict_in_the_built_site_is_in_the_one_form():
             if alias and alias != "nan":
                 phrases[alias] = phrases[row["claim_id"]]
     checked = 0
-    for notebook in executed_notebooks():
+    for notebook in glue_files():
         for key, value in glued_values(notebook).items():
             if key in phrases:
                 assert value == phrases[key], (notebook.name, key)
@@ -406,16 +404,19 @@ def execution_seconds():
     return {cells[0]: float(cells[column]) for cells in rows if len(cells) > column}
 
 
-def run_time_table() -> dict[str, dict[str, str]]:
-    """The Reproduce page's table of each chapter's run time and budget on this machine."""
+def run_time_table() -> tuple[dict[str, dict[str, str]], str]:
+    """The Reproduce page's table of each chapter's run time and budget on this machine, by
+    chapter, and the corner of its header (which names the build's slowness)."""
     table = next(t for t in page("book/reproduce").find_all("table")
                  if "budget here (s)" in t.get_text())
-    header = [" ".join(th.get_text().split()) for th in table.find("thead").find_all("th")]
+    header_rows = table.find("thead").find_all("tr")
+    header = [" ".join(th.get_text().split()) for th in header_rows[0].find_all("th")]
+    corner = " ".join(header_rows[-1].find("th").get_text().split())
     rows = {}
     for tr in table.find("tbody").find_all("tr"):
         cells = [" ".join(c.get_text().split()) for c in tr.find_all(["th", "td"])]
         rows[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
-    return rows, header[0]
+    return rows, corner
 
 
 def test_the_reproduce_page_reports_each_chapters_run_time_against_its_budget_here():
