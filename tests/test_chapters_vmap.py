@@ -77,7 +77,7 @@ def test_the_page_shows_what_it_times_with_its_compile_options():
     calls = [node for tree in shown_trees() for node in ast.walk(tree)
              if isinstance(node, ast.Call)]
     names = [ast.unparse(node.func) for node in calls]
-    assert names.count("compare") == 2  # the gradients and the sweep
+    assert names.count("compare") == 3  # the gradients, the sweep and one eager write
     compiles = [node for node in calls if ast.unparse(node.func) == "torch.compile"]
     assert len(compiles) == 2
     for node in compiles:
@@ -156,6 +156,18 @@ def test_jit_matches_eager_on_this_jax_at_the_issues_size():
     assert check.rows == ch.JAX_39103_ROWS == 32_769
     assert check.eager_last == float(np.float32(32_768.0**2))  # i**2, rounded to float32
     assert check.matches and check.jit_last == check.eager_last
+
+
+def test_the_old_pins_release_record_that_the_page_quotes_shows_the_bug():
+    """The page glues jax 0.10.2's values for this check from its release-sweep bundle."""
+    releases = ROOT / "book" / "data" / "releases"
+    bundle = sorted(releases.glob("*_jax-0.10.2"))[-1]
+    with (bundle / "results" / "releases.csv").open() as saved:
+        found = {row["metric"]: float(row["value"]) for row in csv.DictReader(saved)
+                 if row["experiment"] == "jax-ml/jax#39103"}
+    assert found["eager result"] == float(np.float32(32_768.0**2))
+    assert found["jit result"] != found["eager result"]
+    assert found["rows differing"] >= 1 and found["jit equals eager"] == 0
 
 
 def test_a_check_with_differing_rows_does_not_match_and_rows_must_be_positive():
