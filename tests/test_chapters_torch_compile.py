@@ -6,6 +6,7 @@ that the helpers it defines behave as the page says, run on small real compiles.
 import ast
 import csv
 import logging
+import re
 from pathlib import Path
 
 import jupytext
@@ -123,6 +124,21 @@ def test_the_page_makes_every_claim_the_committed_build_made_and_its_gpu_claims(
     for claim_id in sorted(built | set(GPU_CLAIMS)):
         assert f'"{claim_id}"' in text, claim_id
     assert claim_ids.unknown(sorted(built | set(GPU_CLAIMS))) == []
+
+
+def test_every_section_the_page_points_to_is_a_label_of_the_page():
+    """The box's and the summary's pointers ({ref}`compile-...`) land on this page."""
+    text = PAGE.read_text()
+    labels = set(re.findall(r"^\((compile-[\w-]+)\)=$", text, re.M))
+    pointed = set(re.findall(r"\{ref\}`(compile-[\w-]+)`", text))
+    assert len(pointed) >= 4 and pointed <= labels
+
+
+def test_the_plan_and_environment_print_in_a_folded_output_after_the_set_up():
+    setup, plan = [(source, tags) for source, tags in cells()
+                   if "PLAN" in source and "plans.plan" in source or "PLAN.summary" in source]
+    assert "hide-cell" in setup[1] and ".check()" in setup[0] and "PLAN.summary" not in setup[0]
+    assert plan[1] == {"hide-output"} and "env.describe()" in plan[0]
 
 
 # --- the page's helpers -------------------------------------------------------------------------
