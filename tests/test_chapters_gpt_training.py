@@ -52,14 +52,14 @@ def page_code(*names, **given):
 
 STEPS = ("gpt_twin", "gpt_torch_step", "gpt_jax_step", "TORCH_MODES", "DPA", "JAX_MODES",
          "build_gpt_step")
-CHECK = ("clipped_gradients", "gpt_first_step_references", "applied_gradients", "TOLERANCE",
-         "check_gpt_first_step")
+CHECK = ("clipped_gradients", "as_nnx", "gpt_first_step_references", "applied", "proven_update",
+         "TOLERANCE", "PARAMETERS", "MOMENTS", "check_gpt_first_step")
 
 
 @pytest.fixture(scope="module")
 def page():
     return page_code(*STEPS, *CHECK, "torch_gpt_parts", "jax_gpt_parts", "check_gpt_parts",
-                     DEVICE="cpu", LR=gpt_jax.TRAINING["lr"])
+                     "compiled_dots", "layout_ops", DEVICE="cpu", LR=gpt_jax.TRAINING["lr"])
 
 
 @pytest.fixture(scope="module")
@@ -118,32 +118,66 @@ def test_the_first_step_check_passes_each_framework_and_names_a_wrong_step(page,
     reference, batches = tiny
     with parity.strict_fp32():
         refs = page["gpt_first_step_references"](reference, batches[0])
+        start = page["as_nnx"](reference)
         for step in (page["gpt_torch_step"](reference, batches, None, bf16=False),
                      page["gpt_jax_step"](reference, batches, bf16=False,
                                           attention="dot_product_attention")):
-            row = page["check_gpt_first_step"]("v", step, float(step()), "fp32", refs)
+            row = page["check_gpt_first_step"]("v", step, float(step()), "fp32", refs, start)
             errors = [value for column, value in row.items() if column.startswith("gradient")]
             assert len(errors) == 2 and max(errors) < 1e-4
+            moments = row["moments vs proven"]
+            assert moments < page["MOMENTS"] / 10
         wrong = page["gpt_torch_step"](reference, batches, None, bf16=False)
         with torch.no_grad():
             wrong.model.blocks[0].mlp.up.weight.mul_(1.01)  # one matrix off by 1%
         with pytest.raises(AssertionError, match="'variant': 'wrong'"):
-            page["check_gpt_first_step"]("wrong", wrong, float(wrong()), "fp32", refs)
+            page["check_gpt_first_step"]("wrong", wrong, float(wrong()), "fp32", refs, start)
+
+
+@pytest.mark.parametrize("setting", [dict(weight_decay=0.1), dict(lr=1.1e-3),
+                                     dict(betas=(0.9, 0.99)), dict(eps=1e-6)])
+def test_a_step_whose_optimizer_differs_from_the_proven_one_fails_its_update_check(
+        page, tiny, setting):
+    reference, batches = tiny
+    with parity.strict_fp32():
+        refs = page["gpt_first_step_references"](reference, batches[0])
+        step = page["gpt_torch_step"](reference, batches, None, bf16=False)
+        groups = step.optimizer.param_groups  # decay on the gains, or another lr, beta, eps
+        for group in groups[-1:] if "weight_decay" in setting else groups:
+            group.update(setting)
+        loss = float(step())  # the loss and the gradient are right; the update is not
+        with pytest.raises(AssertionError, match="proven"):
+            page["check_gpt_first_step"]("wrong", step, loss, "fp32", refs,
+                                         page["as_nnx"](reference))
+
+
+def test_a_jax_step_with_another_learning_rate_fails_its_update_check(page, tiny):
+    reference, batches = tiny
+    other = page_code("gpt_twin", "gpt_jax_step", DEVICE="cpu", LR=2e-3)
+    with parity.strict_fp32():
+        refs = page["gpt_first_step_references"](reference, batches[0])
+        step = other["gpt_jax_step"](reference, batches, bf16=False, attention="eager")
+        loss = float(step())
+        with pytest.raises(AssertionError, match="proven"):
+            page["check_gpt_first_step"]("wrong", step, loss, "fp32", refs,
+                                         page["as_nnx"](reference))
 
 
 def test_a_bf16_step_passes_as_bf16_and_an_fp32_step_cannot_pass_for_one(page, tiny):
     reference, batches = tiny
     refs = page["gpt_first_step_references"](reference, batches[0])
+    start = page["as_nnx"](reference)
     for build in (lambda bf16: page["gpt_torch_step"](reference, batches, None, bf16=bf16),
                   lambda bf16: page["gpt_jax_step"](reference, batches, bf16=bf16,
                                                     attention="dot_product_attention")):
         bf16 = build(True)
-        row = page["check_gpt_first_step"]("bf16", bf16, float(bf16()), "bf16", refs)
+        row = page["check_gpt_first_step"]("bf16", bf16, float(bf16()), "bf16", refs, start)
         errors = [value for column, value in row.items() if column.startswith("gradient")]
         assert min(errors) >= 1e-4  # bf16 arithmetic ran
         fp32 = build(False)
         with pytest.raises(AssertionError):
-            page["check_gpt_first_step"]("fp32 as bf16", fp32, float(fp32()), "bf16", refs)
+            page["check_gpt_first_step"]("fp32 as bf16", fp32, float(fp32()), "bf16", refs,
+                                         start)
 
 
 def test_clipping_scales_only_a_gradient_longer_than_the_limit(page):
@@ -170,6 +204,22 @@ def test_the_parts_of_a_step_agree_with_the_references_and_a_wrong_part_fails(pa
         with pytest.raises(AssertionError, match="jax.jit · backward"):
             check({"jax.jit · backward": lambda: jax.tree.map(lambda g: -g, jax_backward())},
                   refs)
+    for part in (jax_forward, jax_backward):  # two parsers of one compiled program agree
+        counts = page["layout_ops"](part.hlo())
+        assert counts["dot"] == len(page["compiled_dots"](part.hlo())) > 0
+
+
+def test_the_compiled_dots_of_a_bf16_step_take_bf16_values_and_an_fp32_steps_do_not(page, tiny):
+    reference, batches = tiny
+    for bf16 in (True, False):
+        step = page["gpt_jax_step"](reference, batches, bf16=bf16,
+                                    attention="dot_product_attention")
+        dots = page["compiled_dots"](step.train.lower(*step.state, *batches[0]).compile()
+                                     .as_text())
+        rounded = dots["operands"].str.contains("bf16") | (dots["algorithm"]
+                                                            == "dot_bf16_bf16_f32")
+        assert set(dots["pass"]) == {"forward", "backward"}
+        assert rounded.all() if bf16 else not rounded.any()
 
 
 def timing(label, median, session=3, n=15, spread=0.001):
