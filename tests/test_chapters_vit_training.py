@@ -4,7 +4,9 @@ the first-step check and the labels of what a first step compiled, executed from
 chapter runs at its own sizes)."""
 
 import ast
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax.numpy as jnp
 import jupytext
@@ -17,7 +19,7 @@ from transformers import ViTConfig, ViTForImageClassification
 
 from deepdive.book import claim_ids
 from deepdive.core.timing import OutOfMemory, Timing, compare
-from deepdive.models import vit
+from deepdive.models import parity, vit
 
 PAGE = Path(__file__).resolve().parents[1] / "notebooks" / "05_vit_training.md"
 TINY = ViTConfig(image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=1,
@@ -55,9 +57,11 @@ STEPS = ("Precision", "PRECISIONS", "lr", "OPTIMIZERS", "torch_vit_step", "vit_l
          "MODES")
 FEEDS = ("image", "synthetic_feed", "RandomImages", "FEEDS", "numpy_collate", "framework_of",
          "loader_feed")
-CHECK = ("GRADIENT_FLOOR", "PROVEN", "CHECKS", "dynamo_counts", "DYNAMO", "vit_references",
-         "first_step_values", "sgd_update_in_fp32", "vit_compile_kind", "check_vit_first_step",
-         "build_vit")
+CHECK = ("GRADIENT_FLOOR", "MOMENTS", "ADAMW_TOLERANCE", "PROVEN", "CHECKS", "dynamo_counts",
+         "DYNAMO", "vit_references", "reference_adamw_step", "first_step_values",
+         "worst_in_tolerances", "sgd_update_in_fp32", "vit_compile_kind",
+         "check_vit_first_step", "build_vit")
+MEMORY = ("MEMORY", "PLAN_SHARE_FLOOR", "read_memory")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +71,7 @@ def page():
     reference.set_attn_implementation("eager")
     model = vit.ViTForImageClassification(TINY, attention="eager", rngs=nnx.Rngs(0))
     vit.port_hf_weights(reference, model)
-    namespace = page_code(*STEPS, *FEEDS, *CHECK, DEVICE="cpu", BF16_NATIVE=False,
+    namespace = page_code(*STEPS, *FEEDS, *CHECK, *MEMORY, DEVICE="cpu", BF16_NATIVE=False,
                           CONFIG=TINY, reference=reference, model=model)
     namespace["FEEDS"]["DataLoader"] = namespace["loader_feed"]  # as the seed's cell adds it
     return namespace
@@ -101,6 +105,77 @@ def test_a_wrong_learning_rate_fails_the_check_before_any_timing(page):
     with pytest.raises(AssertionError, match="disagrees with the fp32 references"):
         timed(step)
     assert not page["CHECKS"][-1]["passed"]
+
+
+ADAMW_STEP = [f"AdamW step vs {name} (x tolerance)" for name in ("torch.optim.AdamW",
+                                                                  "optax.adamw")]
+
+
+@pytest.mark.parametrize("mode", ["torch eager, eager attn", "nnx.jit", "jax.jit split/merge"])
+def test_the_first_adamw_step_matches_both_reference_optimizers(page, mode):
+    timed(page["build_vit"](mode, "fp32", 2))
+    row = page["CHECKS"][-1]
+    assert row["passed"] and all(0 <= row[column] <= 1 for column in ADAMW_STEP)
+
+
+@pytest.mark.parametrize("setting, wrong", [("lr", 2e-3), ("b1", 0.8), ("b2", 0.99),
+                                            ("weight_decay", 0.5), ("eps", 1e-3)])
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_wrong_adamw_setting_in_the_timed_optimizer_fails_the_check(page, setting, wrong,
+                                                                      framework):
+    """The gradient check alone cannot see b2, eps, the decay or the learning rate (and a b1
+    unpacked wrongly on the page would cancel out of it): the first step's parameters and
+    moments against parity's reference optimizers do."""
+    hyper = dict(parity.ADAMW, **{setting: wrong})
+    saved = page["OPTIMIZERS"]["adamw"]
+    page["OPTIMIZERS"]["adamw"] = (
+        partial(torch.optim.AdamW, lr=hyper["lr"], betas=(hyper["b1"], hyper["b2"]),
+                eps=hyper["eps"], weight_decay=hyper["weight_decay"]),
+        parity.optax_adamw(hyper))
+    try:
+        mode = "torch eager, SDPA" if framework == "torch" else "jax.jit split/merge"
+        with pytest.raises(AssertionError, match="disagrees with the fp32 references"):
+            timed(page["build_vit"](mode, "fp32", 2))
+    finally:
+        page["OPTIMIZERS"]["adamw"] = saved
+    assert not page["CHECKS"][-1]["passed"]
+
+
+SPLIT, NNX_JIT, PLAN, PLAIN = ("jax.jit split/merge · fp32", "nnx.jit · fp32", "XLA plan (MiB)",
+                               "host_call_peak, plain (MiB)")
+
+
+def test_every_jax_reading_on_a_cpu_is_set_beside_xlas_plan(page):
+    steps = [page["build_vit"](mode, "fp32", 3) for mode in ("torch eager, SDPA", "nnx.jit",
+                                                              "jax.jit split/merge")]
+    timings = compare({step.label: step.run for step in steps}, blocks=2, max_blocks=2,
+                      min_block_s=0.0)
+    page["read_memory"](3, steps, timings)
+    rows = {row["variant"]: row for row in page["MEMORY_CHECKS"] if row["batch"] == 3}
+    assert set(rows) == {NNX_JIT, SPLIT}  # the JAX steps only
+    assert rows[SPLIT][PLAN] > 0  # and nnx.jit compiles the same program: the same plan
+    assert rows[NNX_JIT][PLAN] == pytest.approx(rows[SPLIT][PLAN])
+    assert PLAIN in rows[SPLIT] and PLAIN not in rows[NNX_JIT]
+    assert {label for label, batch in page["MEMORY"] if batch == 3} == set(timings)
+
+
+def test_a_jax_reading_under_half_its_plan_is_dropped_and_emulated_bf16_has_no_mfu(page):
+    split, nnx_jit, eager = SPLIT, NNX_JIT, "torch eager, SDPA · bf16"
+    peak = {"peak FLOP/s": 1e12, "source": "made up"}
+    namespace = page_code("summarize", "PLAN_SHARE_FLOOR", PRECISIONS=page["PRECISIONS"],
+                          BF16_NATIVE=False, framework_of=page["framework_of"],
+                          PEAKS={"fp32": peak, "bf16": peak}, FLOPS_PER_IMAGE=1e6,
+                          COMPILES=dict.fromkeys([(split, 8), (nnx_jit, 8), (eager, 8)], "-"),
+                          MEMORY={(split, 8): 43.0, (nnx_jit, 8): 0.4, (eager, 8): 5.0},
+                          MEMORY_PLAN={(split, 8): 42.6, (nnx_jit, 8): 42.6})
+    timing = SimpleNamespace(median=0.01, iqr=0.001, first_call=1.0, recompiles=0)
+    rows = {label: namespace["summarize"]("sweep", label, 8, timing)
+            for label in (split, nnx_jit, eager)}
+    reading = "memory (MiB)"
+    assert rows[split][reading] == 43.0 and rows[nnx_jit][PLAN] == 42.6
+    assert np.isnan(rows[nnx_jit][reading])  # 0.4 of a 42.6 MiB plan: dropped
+    assert rows[eager][reading] == 5.0 and np.isnan(rows[eager][PLAN])
+    assert np.isnan(rows[eager]["MFU (%)"]) and rows[split]["MFU (%)"] > 0
 
 
 def test_a_wrong_loss_fails_the_check(page):

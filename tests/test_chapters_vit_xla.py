@@ -16,16 +16,17 @@ import pytest
 from deepdive.models import xla_route
 
 PAGE = Path(__file__).resolve().parents[1] / "notebooks" / "05_vit_xla.md"
+VIT_PAGE = PAGE.with_name("05_vit_training.md")
 BOOK = "2.99.0"  # a made-up version of the book's torch: nothing here may type the real one
 
 
-def page_code(*names, **given):
+def page_code(*names, page=PAGE, **given):
     """The page's top-level definitions and assignments of `names` (in page order), after
     its set-up imports, in one namespace seeded with `given`; cells run by another
     interpreter (`%%script`) are not Python of this process and are skipped. `given` comes
     after the imports, so it may stand in for a module."""
     namespace = {}
-    cells = [ast.parse(c.source) for c in jupytext.read(PAGE).cells
+    cells = [ast.parse(c.source) for c in jupytext.read(page).cells
              if c.cell_type == "code" and not c.source.startswith("%%")]
     imports = [n for n in cells[0].body if isinstance(n, ast.Import | ast.ImportFrom)]
     exec(compile(ast.Module(imports, []), "<set-up>", "exec"), namespace)
@@ -49,14 +50,15 @@ def page_code(*names, **given):
 
 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "transformers")
+FLAGS = "--xla_cpu_enable_fast_math=false"  # what torch_xla sets, and the page too
 HERE = {"torch threads": 1, "CPU affinity": [3], "jax matmul precision": "highest",
-        "versions": {"torch": BOOK, **dict.fromkeys(LIBRARIES, "1.0")}}
+        "XLA_FLAGS": FLAGS, "versions": {"torch": BOOK, **dict.fromkeys(LIBRARIES, "1.0")}}
 
 
 def hello(**changes):
     report = {"torch threads": 1, "CPU affinity": [3], "torch_xla matmul precision": "highest",
               "PJRT_DEVICE": "CPU", "torch matmul precision": "highest",
-              "jax matmul precision": "highest",
+              "jax matmul precision": "highest", "XLA_FLAGS": FLAGS,
               "torch_xla's _has_cuda_support binding present": False,
               "versions": {"torch": "2.9.0", **dict.fromkeys(LIBRARIES, "1.0")}}
     return report | changes
@@ -81,7 +83,8 @@ def test_a_worker_that_runs_as_this_process_passes(page):
 @pytest.mark.parametrize("changes", [
     {"torch threads": 2}, {"CPU affinity": [4]}, {"PJRT_DEVICE": "CUDA"},
     {"torch_xla matmul precision": "high"}, {"torch matmul precision": "high"},
-    {"jax matmul precision": "default"},
+    {"jax matmul precision": "default"}, {"XLA_FLAGS": None},
+    {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
     {"torch_xla's _has_cuda_support binding present": True},
     {"versions": {"torch": "2.9.0", **dict.fromkeys(LIBRARIES, "1.0"), "flax": "2"}}])
 def test_a_worker_that_runs_otherwise_stops_the_page(page, changes):
@@ -141,3 +144,29 @@ def test_the_mode_table_rows_of_worker_and_local_routes(page):
     assert worker["images/s"] == pytest.approx(3200) and worker[STEADY] == 10
     assert local[STEPS_1_2].startswith("n/a")
     assert math.isnan(local[SECOND]) and np.isnan(local[SIZING])
+
+
+def test_the_jax_step_both_processes_run_is_the_vit_chapters_program():
+    """`vit.split_merge_step`, which this page times in both processes, lowers to the same
+    StableHLO program as the ViT chapter's `split_merge_form` with the chapter's AdamW."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+
+    from deepdive.models import parity, vit
+
+    config = ViTConfig(image_size=16, patch_size=8, hidden_size=16, num_hidden_layers=1,
+                       num_attention_heads=2, intermediate_size=32, num_labels=3)
+    torch.manual_seed(0)
+    reference = ViTForImageClassification(config)
+    chapter = page_code("Precision", "PRECISIONS", "lr", "OPTIMIZERS", "vit_loss",
+                        "vit_train_update", "split_merge_form", "jax_vit_step", page=VIT_PAGE,
+                        DEVICE="cpu", BF16_NATIVE=False, CONFIG=config, reference=reference)
+    images, labels = np.zeros((2, 16, 16, 3), np.float32), np.arange(2)
+    ours = vit.split_merge_step(reference, images, labels, parity.optax_adamw(parity.ADAMW))
+    theirs = chapter["jax_vit_step"](chapter["split_merge_form"])
+    with parity.strict_fp32(), jax.default_matmul_precision("highest"):
+        programs = [step.jitted.lower(*step.state(), jnp.asarray(images),
+                                      jnp.asarray(labels)).as_text() for step in (ours, theirs)]
+    assert programs[0] == programs[1]

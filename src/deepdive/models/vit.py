@@ -341,4 +341,5 @@ def split_merge_step(hf_model, images_nhwc, labels, transform, attention: str = 
         held[0], loss = train(held[0], images, labels)
         return loss
 
+    step.jitted, step.state = train, lambda: (held[0],)  # for XLA's plan of it, as chapter 5's
     return step
