@@ -331,6 +331,30 @@ def test_a_rank_step_is_one_sgd_step_on_its_slice():
         assert param.grad is not None and not param.grad.any()  # zeroed, kept allocated
 
 
+def test_the_ranks_slices_tile_the_global_batch_in_rank_order():
+    import torch
+
+    images, labels = td.global_batch(12, 0)
+    for batch in (images, labels):
+        parts = [td.rank_slice(batch, rank, 4) for rank in range(4)]
+        assert [len(p) for p in parts] == [3] * 4
+        torch.testing.assert_close(torch.cat(parts), batch)
+    with pytest.raises(ValueError, match="evenly"):
+        td.rank_slice(images, 0, 5)
+
+
+def test_fsdp2_wrapping_walks_a_sequential_only():
+    import torch
+    from torch import nn
+
+    layer = nn.TransformerEncoderLayer(8, 2, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+    with pytest.raises(TypeError, match="Sequential"):  # refused before any process group
+        td.wrap(encoder, "fsdp2", 1, torch.device("cpu"))
+    model = td.make_model(8, 1)
+    assert td.wrap(model, "single", 1, torch.device("cpu")) is model
+
+
 def test_a_rank_counts_its_parameters_gradients_and_momentum():
     import torch
 

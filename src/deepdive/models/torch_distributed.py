@@ -32,8 +32,8 @@ import numpy as np
 
 __all__ = ["CHECK_STEPS", "COLLECTIVE_NAMES", "DEVICES", "SGD", "SPAWN_ATTEMPTS", "STRATEGIES",
            "TIMED_STEPS", "Placement", "device_label", "finished", "global_batch", "local_bytes",
-           "main", "make_model", "placement", "read_records", "shard_rows", "spawn", "spawn_each",
-           "torch_shards", "train", "train_step", "wrap"]
+           "main", "make_model", "placement", "rank_slice", "read_records", "shard_rows", "spawn",
+           "spawn_each", "torch_shards", "train", "train_step", "wrap"]
 
 STRATEGIES = ("single", "ddp", "fsdp2")
 SGD = dict(lr=0.05, momentum=0.9)  # SGD: Adam's sign-like first step would amplify rounding
@@ -103,13 +103,11 @@ def train(strategy: str, rank: int, world: int, out_dir: str, *, width: int = 25
         warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view")
     model = wrap(make_model(width, depth).to(device), strategy, world, device)
     optimizer = torch.optim.SGD(model.parameters(), **(SGD if sgd is None else sgd))
-    local = batch_size // world
     counter = iter(range(10**9))
 
-    def step():
+    def step():  # the same global batch in every rank, each training on its own rows
         images, labels = global_batch(batch_size, next(counter))
-        x = images[rank * local:(rank + 1) * local].to(device)  # this rank's slice
-        y = labels[rank * local:(rank + 1) * local].to(device)
+        x, y = (rank_slice(t, rank, world).to(device) for t in (images, labels))
         return train_step(model, optimizer, x, y)
 
     start = time.perf_counter()
@@ -286,8 +284,18 @@ def torch_shards(array, world: int) -> list[list]:
                                          for r in range(world)], chunksize=1)
 
 
+def rank_slice(tensor, rank: int, world: int):
+    """Rank `rank`'s rows of a global batch split evenly over `world` ranks, in rank order."""
+    if len(tensor) % world:
+        raise ValueError(f"{len(tensor)} rows do not split evenly over {world} ranks")
+    local = len(tensor) // world
+    return tensor[rank * local:(rank + 1) * local]
+
+
 def wrap(model, strategy: str, world: int, device):
-    """The model wrapped for `strategy`: DDP replicas, or FSDP2 shards per layer, or as is."""
+    """The chapter's MLP (an `nn.Sequential`) wrapped for `strategy`: DDP replicas, FSDP2
+    shards with each `nn.Linear` its own unit and the root last, or as is. The FSDP2 loop
+    walks a Sequential's layers; a transformer is wrapped block by block instead."""
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -298,6 +306,9 @@ def wrap(model, strategy: str, world: int, device):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        if not isinstance(model, nn.Sequential):  # the loop below walks a Sequential only
+            raise TypeError(f"wrap shards an nn.Sequential layer by layer, got "
+                            f"{type(model).__name__}: call fully_shard on its blocks, then on it")
         mesh = init_device_mesh(device.type, (world,))
         for layer in model:
             if isinstance(layer, nn.Linear):
