@@ -439,3 +439,56 @@ def test_which_build_lists_every_chapter_the_evidence_reads(tmp_path, monkeypatc
     assert list(stamps["chapter"]) == ["01_vmap"]
     empty, none = evidence.which_build(tmp_path / "nothing", None)  # no stamps at all
     assert empty["measured in"].str.startswith(evidence.MISSING).all() and none.empty
+
+
+# The scope the intro and chapter 7 state before their tables: one machine named once, the
+# GPUs among the devices, the largest model, and the torch each kind of row ran.
+CPU_MODEL = "EPYC"
+
+
+def test_a_cpu_row_names_its_machine_with_all_its_cores_a_gpu_as_it_is():
+    pinned, whole = f"{CPU_MODEL} (1 of 2 cores)", f"{CPU_MODEL} (2 cores)"
+    assert evidence.machine(pinned) == evidence.machine(whole) == whole
+    assert evidence.machine("H100") == "H100"
+    assert evidence.machine(float("nan")) == evidence.machine(None) == ""
+    assert [evidence.is_gpu(d) for d in (pinned, whole, "H100", "", None)] == [
+        False, False, True, False, False]
+
+
+def test_a_value_is_shared_only_when_every_set_entry_agrees():
+    assert evidence.shared(["small", "", "small", None]) == "small"
+    assert evidence.shared(["small", "medium"]) is None
+    assert evidence.shared(["", None]) is None
+
+
+def test_the_largest_model_is_read_from_the_workloads_parameter_counts():
+    counted = "parameters"
+    assert evidence.parameters(f"ViT step, 108,106 {counted}, batch 8") == 108_106
+    assert evidence.parameters(f"GPT (0.54M {counted}, batch 8x128)") == 540_000
+    assert evidence.parameters("dot (d=64)") is None
+    rows = pd.DataFrame({SCOPE: ["ViT, 108,106 parameters", "GPT (0.41M parameters)",
+                                 "dot (d=64)", "MLP, 150,794 parameters"]})
+    assert evidence.largest_model(rows) == "0.41M parameters"
+    assert evidence.largest_model(rows.iloc[2:3]) == evidence.MISSING
+
+
+def test_labels_keep_what_tells_a_needs_rows_apart_and_their_precision():
+    model, precision, batches = "ViT step", "fp32 strict", (8, 32)
+    rows = pd.DataFrame({SCOPE: [f"{model}, batch {b}, {precision}" for b in batches]
+                         + ["bf16"], "question": [f"{model}, batch {b}, {precision}: a vs b"
+                                                  for b in batches] + [""]})
+    assert evidence.short_labels(rows) == [f"batch {b}, {precision}" for b in batches] + ["bf16"]
+    # one workload, several pairs of sides: the sides tell them apart
+    routes = ("lazy", "compile")
+    same = pd.DataFrame({SCOPE: [model] * 2,
+                         "question": [f"{model}: {r} against jit, in the worker" for r in routes]})
+    assert evidence.short_labels(same) == [f"{r} against jit" for r in routes]
+    alone = rows.iloc[:1]  # a need of one claim keeps its whole workload
+    assert evidence.short_labels(alone) == list(alone[SCOPE])
+
+
+def test_the_torch_of_the_pytorch_xla_routes_is_told_apart_from_the_pages():
+    stamps = pd.DataFrame({"torch": ["2.15.0", "2.9.0 (routes, in the worker); 2.15.0 (this page)",
+                                     "2.15.0+cu132", None]})
+    assert evidence.torch_versions(stamps) == ("2.15.0", "2.9.0")
+    assert evidence.torch_versions(stamps.iloc[[0]]) == ("2.15.0", evidence.NOT_MEASURED)

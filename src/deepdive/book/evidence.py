@@ -34,7 +34,9 @@ import pandas as pd
 __all__ = ["CHAPTERS", "COLUMNS", "EVIDENCE", "EVIDENCE_FILES", "FRAMEWORK_NAMES", "MISSING",
            "NOT_MEASURED", "ONE_WAY", "PADDING_ALLOWANCE", "PUBLISHED", "FromClaim", "Moves",
            "ShardedMemory", "data_dir", "evidence_dir", "evidence_table", "fetch", "follow_moves",
-           "load_all", "measured_in", "published_results", "resolve_claim_ids", "which_build"]
+           "is_gpu", "largest_model", "load_all", "machine", "measured_in", "parameters",
+           "published_results", "resolve_claim_ids", "shared", "short_labels", "torch_versions",
+           "which_build"]
 
 CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_gpt_training", "05_vit_training",
             "05_vit_xla", "06_distributed")
@@ -319,6 +321,84 @@ def _from_memory(item: ShardedMemory, frame: pd.DataFrame | None) -> dict:
             "favours": favours, "device": frame["device"].iat[0],
             "scale": frame["scale"].iat[0], "chapter": item.chapter,
             "claim": "memory_per_device", "question": "exact byte counts"}
+
+
+_PINNED = re.compile(r"\((?:\d+ of )?(\d+ cores?)\)$")  # "(1 of 2 cores)": pinned to one of two
+_PARAMETERS = re.compile(r"(\d[\d,]*(?:\.\d+)?)(M|B)? parameters")
+_TOP_LEVEL_COMMA = re.compile(r", (?![^()]*\))")  # ", " outside parentheses
+_PRECISION = re.compile(r"\b(?:fp32|bf16|fp16|tf32)\b", re.IGNORECASE)  # a label keeps these
+
+
+def machine(device) -> str:
+    """The machine behind a row's device label: a CPU label names the cores the run was
+    pinned to ("Xeon (1 of 2 cores)"), the machine has all of them ("Xeon (2 cores)"); a
+    GPU's name stays as it is. An empty or absent label reads ""."""
+    return _PINNED.sub(r"(\1)", device) if isinstance(device, str) else ""
+
+
+def is_gpu(device) -> bool:
+    """Whether a row's device label names a GPU: a measured row whose label is not a CPU's."""
+    from deepdive.core.env import is_cpu_label
+
+    return isinstance(device, str) and bool(device) and not is_cpu_label(device)
+
+
+def shared(values) -> str | None:
+    """The one value all non-empty `values` share, or None where they differ or none is set."""
+    found = {v for v in values if isinstance(v, str) and v}
+    return found.pop() if len(found) == 1 else None
+
+
+def parameters(workload: str) -> float | None:
+    """The parameter count a workload names ("108,106 parameters", "0.54M parameters")."""
+    found = _PARAMETERS.search(str(workload))
+    if not found:
+        return None
+    count = float(found.group(1).replace(",", ""))
+    return count * {"M": 1e6, "B": 1e9}.get(found.group(2), 1)
+
+
+def largest_model(table: pd.DataFrame) -> str:
+    """The largest model a measured row of `evidence_table` names, in the row's own words
+    ("0.54M parameters"), or MISSING where no row names a parameter count."""
+    named = {text: parameters(text) for text in table[COLUMNS[1]] if parameters(text)}
+    if not named:
+        return MISSING
+    return _PARAMETERS.search(max(named, key=named.get)).group(0)
+
+
+def short_labels(rows: pd.DataFrame) -> list[str]:
+    """What tells apart the rows of `evidence_table` that share a need: each measured row's
+    workload without the comma-separated parts all of them share, but for the precision
+    ("batch 8, fp32 strict"), or where their workloads are the same, the sides its question
+    names without the parts they share. A row alone, or one that holds no measurement,
+    keeps its workload."""
+    timed = [bool(q) and ": " in q for q in rows["question"].fillna("")]
+    scopes = list(rows[COLUMNS[1]].fillna(""))
+    sides = [str(q).partition(": ")[2] for q in rows["question"].fillna("")]
+    pick = [i for i, t in enumerate(timed) if t]
+    texts = [scopes[i] for i in pick]
+    if len(set(texts)) < len(texts):  # one workload, several pairs of sides
+        texts = [sides[i] for i in pick]
+    parts = [_TOP_LEVEL_COMMA.split(text) for text in texts]
+    common = set.intersection(*map(set, parts)) if len(parts) > 1 else set()
+    common = {part for part in common if not _PRECISION.search(part)}
+    labels = list(scopes)
+    for i, mine, whole in zip(pick, parts, texts, strict=True):
+        labels[i] = ", ".join(p for p in mine if p not in common) or whole
+    return labels
+
+
+def torch_versions(stamps: pd.DataFrame) -> tuple[str, str]:
+    """(the torch the pages ran, the torch the PyTorch/XLA routes ran in their worker) from
+    the pages' stamps: the XLA page stamps "2.9.0 (routes, in the worker); 2.15.0 (this
+    page)". NOT_MEASURED for the routes where no page stamps a worker's version."""
+    pages, routes = set(), set()
+    for value in stamps["torch"].dropna():
+        for part in str(value).split(";"):
+            version = part.strip().split(" ")[0].split("+")[0]
+            (routes if "worker" in part else pages).add(version)
+    return " and ".join(sorted(pages)) or MISSING, " and ".join(sorted(routes)) or NOT_MEASURED
 
 
 def measured_in(stamp, this_build: str, this_commit: str, source: str | None) -> str:
