@@ -234,7 +234,7 @@ def test_two_builds_are_never_compared_across_device_kinds(tmp_path):
     assert ledger.pairs([cpu, gpu]).empty
 
 
-def test_differences_name_the_device_model_and_versions_without_local_labels(tmp_path):
+def test_differences_name_the_device_model_and_versions_with_their_local_tags(tmp_path):
     old, new = builds(tmp_path, (rows(dot_jit_vs_compile=TIE), {}),
                       (rows(dot_jit_vs_compile=TIE), dict(
                           date="2026-11-29", python="3.14.0", commit="def456", device=XEON,
@@ -244,33 +244,52 @@ def test_differences_name_the_device_model_and_versions_without_local_labels(tmp
         "python": ("3.13.1", "3.14.0"), "commit": ("abc123", "def456"),
         "torch": ("2.13.0", "2.99.0"), "jax": ("0.10.2", "0.99.0"),
         "jaxlib": ("1.0", "0.99.0"), "triton": ("1.0", "None")}
+    # The cold read: "+cpu" stripped hid a switch from the CPU wheel to PyPI's CUDA build
     cpu_wheel = builds(tmp_path / "w", (rows(dot_jit_vs_compile=TIE), {}), (
         rows(dot_jit_vs_compile=TIE), dict(date="2026-11-29", versions={"torch": "2.13.0+cpu"})))
-    assert ledger.differences(*cpu_wheel) == {}
+    assert ledger.differences(*cpu_wheel) == {"torch": ("2.13.0", "2.13.0+cpu")}
+    (pair,) = ledger.pairs(cpu_wheel).to_dict("records")
+    assert (pair["torch"], pair["kind"]) == ("2.13.0 → 2.13.0+cpu", "pins change")
 
 
-def test_a_rebuild_keeps_the_device_model_torch_and_jax(tmp_path):
-    """The cold read: a build on another CPU with the same pins was taken for a rebuild, and
-    the old release on a Xeon was set against the new one on an EPYC without saying so."""
+def test_a_rebuild_keeps_the_commit_the_device_model_torch_and_jax(tmp_path):
+    """The cold reads: a build on another CPU with the same pins was taken for a rebuild, the
+    old release on a Xeon was set against the new one on an EPYC without saying so, and two
+    builds of the same pins forty commits apart (every chapter and the timer rewritten) were
+    counted as a rebuild."""
     spec = rows(dot_jit_vs_compile=TIE, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=TIE)
     found = builds(tmp_path, (spec, dict(device=XEON, date="2026-11-27")),
                    (spec, dict(device=XEON, date="2026-11-28")),
                    (rows(dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE, grads_jit_vs_compile=OPEN),
                     dict(device=XEON, date="2026-11-29", versions=NEW)),
                    (spec, dict(date="2026-11-30", versions=NEW)),  # the same pins on an EPYC
+                   (spec, dict(date="2026-12-01", versions=NEW, commit="def456")),  # new code
                    (spec, dict(date="2026-12-02", scale="medium")))  # another scale
     table = ledger.pairs(found).set_index(["old", "new"])
     names = [b.label for b in found]
-    assert len(table) == 6  # every two builds at small scale; the medium one stands alone
-    assert table["rebuild"].to_dict() == {
-        (names[0], names[1]): True, (names[0], names[2]): False, (names[0], names[3]): False,
-        (names[1], names[2]): False, (names[1], names[3]): False, (names[2], names[3]): False}
+    assert len(table) == 10  # every two builds at small scale; the medium one stands alone
+    kinds = table["kind"].to_dict()
+    assert kinds[names[0], names[1]] == "rebuild"  # one commit, device and pins
+    assert kinds[names[3], names[4]] == "code change"  # the same EPYC and pins, new commit
+    assert kinds[names[2], names[3]] == kinds[names[2], names[4]] == "device change"
+    assert [kinds[names[i], names[2]] for i in (0, 1)] == ["pins change"] * 2
+    assert sorted(kinds.values()) == sorted(["rebuild", "code change", *["pins change"] * 2,
+                                             *["device change"] * 6])
+    assert table.loc[(names[3], names[4]), "commit"] == "abc123 → def456"
     epyc = table.loc[(names[2], names[3])]
     assert (epyc["device"], epyc["torch"], epyc["jax"]) == (f"{XEON_MODEL} → {EPYC_MODEL}",
                                                             "=", "=")
     release = table.loc[(names[1], names[2])]
     assert (release["device"], release["torch"]) == ("=", "2.13.0 → 2.99.0")
     assert release[[MADE, "moved", "steady", "undecided"]].tolist() == [3, 1, 1, 1]
+
+
+@pytest.mark.parametrize("commit", [f"abc123{provenance.UNCOMMITTED}", "unknown"])
+def test_builds_whose_code_is_not_recorded_are_never_a_rebuild(tmp_path, commit):
+    spec = rows(dot_jit_vs_compile=TIE)
+    found = builds(tmp_path, (spec, dict(commit=commit, date="2026-11-27")),
+                   (spec, dict(commit=commit, date="2026-11-28")))
+    assert ledger.pairs(found)[["commit", "kind"]].values.tolist() == [["=", "code change"]]
 
 
 # ---- the page -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ RUNS = {
     ("jax", "0.10.2"): ("2026-12-01", {DOT: 2.0, COMPILE: 1.5, FORI: 1.0},
                         (0.001, 0.002, 0.004), False),
     ("jax", "0.11.1"): ("2026-12-01", {DOT: 2.0, COMPILE: 1.58, FORI: 0.25},
-                        (0.001, 0.004, 0.016), True),
+                        (0.002, 0.008, 0.032), True),  # the loop's time: its length squared
     ("jax", HELD_JAX): ("2026-12-02", {DOT: 3.0, COMPILE: 1.2, FORI: 1.0},
                         (0.001, 0.002, 0.004), True),
     ("torch", "2.9.1"): ("2026-12-02", {DOT: 2.0, COMPILE: 2.4, FORI: 1.0},
@@ -186,7 +186,12 @@ def test_the_page_compares_consecutive_releases_without_a_control(tmp_path, monk
     assert set(wrong["run"]) == {"jax 0.10.2"}
     loop = saved[(saved["metric"] == "median") & (saved["size"] == 40000)]
     assert loop.set_index("run")["value"].to_dict() == {
-        "jax 0.10.2": 0.004, "jax 0.11.1": 0.016, "jax 0.12.0.1": 0.004, "torch 2.9.1": 0.004}
+        "jax 0.10.2": 0.004, "jax 0.11.1": 0.032, "jax 0.12.0.1": 0.004, "torch 2.9.1": 0.004}
+    # the one long loop slower than four short ones: the run whose loop grew with its square
+    runs, medians, others = (ran["glued"][f"releases_{k}"] for k in (
+        "quadratic", "quadratic_ms", "linear_ms"))
+    assert (runs, medians) == (repr("jax 0.11.1"), repr("jax 0.11.1: 2.000"))
+    assert float(others) == pytest.approx(1.0)  # the other runs' 10,000 iterations
 
 
 def test_a_move_counts_as_the_releases_only_beyond_the_rebuild_control(tmp_path, monkeypatch):
@@ -201,6 +206,10 @@ def test_a_move_counts_as_the_releases_only_beyond_the_rebuild_control(tmp_path,
         ("jax", "0.11.1 → 0.12.0.1", COMPILE): False, ("jax", "0.11.1 → 0.12.0.1", FORI): True,
         ("torch", "2.9.1 → 2.15.0", DOT): False, ("torch", "2.9.1 → 2.15.0", COMPILE): True}
     assert ran["glued"]["releases_beyond"] == "3"
+    # the control's largest change is named with its factor, and bounds "beyond" both ways
+    largest, factor, low = (ran["glued"][f"releases_reach_{k}"] for k in ("claim", "ratio", "low"))
+    assert largest == repr(DOT)
+    assert (float(factor), float(low)) == pytest.approx((1.6, 1 / 1.6))
     steady = run_ledger(tmp_path / "steady", monkeypatch, control=held)
     assert set(steady["names"]["control"]["change"]) == {"steady"}
 

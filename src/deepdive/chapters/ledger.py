@@ -25,14 +25,18 @@ from deepdive.chapters import claim_map
 from deepdive.core import env
 from deepdive.core.verdict import TieBand, classify
 
-__all__ = ["CHANGES", "CONTROL_FOLDER", "KEY", "RELEASES", "THIS_BUILD", "Build", "builds",
-           "changes", "differences", "pairs", "ratio_of_ratios", "releases", "sweeps", "this_build",
-           "verdicts"]
+__all__ = ["CHANGES", "CONTROL_FOLDER", "KEY", "PAIR_KINDS", "RELEASES", "THIS_BUILD", "Build",
+           "builds", "changes", "differences", "pairs", "ratio_of_ratios", "releases", "sweeps",
+           "this_build", "verdicts"]
 
 THIS_BUILD = "this build"
 KEY = ["chapter", "claim_id"]
 # A ratio of ratios decided by the rule, as a change between two builds.
 CHANGES = {"faster": "moved", "slower": "moved", "tie": "steady", "withheld": "undecided"}
+# What a pair of builds changed, by what they share: a rebuild keeps the device model, the
+# exact torch and jax (local tag included: "2.13.0+cpu" is another wheel than "2.13.0") and the
+# book's commit; a code change keeps all but the commit; then the pins, then the device.
+PAIR_KINDS = ("rebuild", "code change", "pins change", "device change")
 # Where `make releases` commits (`deepdive.releases.matrix`, a layer above this one).
 RELEASES, CONTROL_FOLDER = Path("book", "data", "releases"), "control"
 _CORES = re.compile(r"\s*\((?:\d+ of )?\d+ cores?\)$")  # "(1 of 2 cores)": pinned, not a model
@@ -175,18 +179,32 @@ def changes(old: Build, new: Build) -> pd.DataFrame:
 
 def differences(old: Build, new: Build) -> dict[str, tuple]:
     """{field: (old, new)} for each build.json fact two builds differ in but the date and
-    build id: the device model, cores, scale, Python, commit, each version (public part)."""
+    build id: the device model, cores, scale, Python, commit, each version as installed
+    (a local tag kept: torch's CPU wheel "2.13.0+cpu" is not PyPI's "2.13.0")."""
     was, now = ({"device": b.device, **{k: b.build[k] for k in ("cores", "scale", "python",
                                                                   "commit")},
-                 **{n: _public(b.build["versions"].get(n)) for n in bundles.VERSION_NAMES}}
+                 **{n: str(b.build["versions"].get(n)) for n in bundles.VERSION_NAMES}}
                 for b in (old, new))
     return {field: (was[field], now[field]) for field in was if was[field] != now[field]}
 
 
+def _kind(differ: dict, old: Build, new: Build) -> str:
+    """`PAIR_KINDS`: what the pair changed. A commit marked uncommitted (or unknown) is never
+    the same code as another build's: what its working tree held is not recorded."""
+    if "device" in differ:
+        return "device change"
+    if "torch" in differ or "jax" in differ:
+        return "pins change"
+    commits = (old.build["commit"], new.build["commit"])
+    known = all(provenance.UNCOMMITTED not in c and c != "unknown" for c in commits)
+    return "rebuild" if known and "commit" not in differ else "code change"
+
+
 def pairs(found: list[Build]) -> pd.DataFrame:
-    """Every two builds on one kind of device at one scale, older first: device, torch and jax
-    ("=" where they agree), what else differs, whether the pair is a rebuild (all three
-    agree), and how many claims both made moved, held steady or stayed undecided."""
+    """Every two builds on one kind of device at one scale, older first: device, torch, jax
+    and commit ("=" where they agree), what else differs, what kind of pair it is
+    (`PAIR_KINDS`: a rebuild keeps all four), and how many claims both made moved, held
+    steady or stayed undecided."""
     rows = []
     for old, new in itertools.combinations(found, 2):
         if (old.build["device_kind"], old.build["scale"]) != (new.build["device_kind"],
@@ -195,16 +213,15 @@ def pairs(found: list[Build]) -> pd.DataFrame:
         differ = differences(old, new)
         counts = changes(old, new)["change"].value_counts()
         shown = {k: "=" if k not in differ else f"{differ[k][0]} → {differ[k][1]}"
-                 for k in ("device", "torch", "jax")}
+                 for k in ("device", "torch", "jax", "commit")}
         rows.append({"old": old.label, "new": new.label, **shown,
                      "also differ": "; ".join(f"{k} {a} → {b}" for k, (a, b) in differ.items()
                                               if k not in shown),
-                     "rebuild": all(v == "=" for v in shown.values()),
-                     "claims both made": int(counts.sum()),
+                     "kind": _kind(differ, old, new), "claims both made": int(counts.sum()),
                      **{c: int(counts.get(c, 0)) for c in ("moved", "steady", "undecided")}})
-    return pd.DataFrame(rows, columns=["old", "new", "device", "torch", "jax", "also differ",
-                                       "rebuild", "claims both made", "moved", "steady",
-                                       "undecided"])
+    return pd.DataFrame(rows, columns=["old", "new", "device", "torch", "jax", "commit",
+                                       "also differ", "kind", "claims both made", "moved",
+                                       "steady", "undecided"])
 
 
 def releases(root: Path | None = None) -> tuple[pd.DataFrame, dict[str, Build]]:
