@@ -15,10 +15,10 @@ import pytest
 import yaml
 from test_bundles import CPU, GPU, JAX, TORCH, claim, hand_bundle, make_results, stamp
 
-from deepdive.book import bundles, claim_ids, provenance
+from deepdive.book import bundles, claim_ids, evidence, provenance
 from deepdive.book.bundles import BundleError
 from deepdive.book.claims import verdict_parts
-from deepdive.chapters import claim_map, evidence, ledger
+from deepdive.chapters import claim_map, ledger
 from deepdive.core import env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -370,6 +370,8 @@ def test_every_label_the_book_links_to_on_its_pages_exists():
     pages = [*sorted((ROOT / "book").glob("*.md")), *sorted((ROOT / "notebooks").glob("*.md"))]
     texts = [path.read_text() for path in pages]
     labels = {label for text in texts for label in re.findall(r"^\(([\w-]+)\)=$", text, re.M)}
+    labels |= {label for text in texts  # a figure's, table's or container's :name:
+               for label in re.findall(r'^:name:\s*"?([\w-]+)"?\s*$', text, re.M)}
     linked = {m[1] or m[2] for text in texts
               for m in re.finditer(r"\{(?:ref|numref)\}`(?:[^`<]*<([\w-]+)>|([\w-]+))`", text)}
     ledger_labels = set(re.findall(r"^\(([\w-]+)\)=$", PAGE.read_text(), re.M))
