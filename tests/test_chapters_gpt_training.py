@@ -250,7 +250,8 @@ WHOLE_STEP_IDS = {
     "k_bf16_jax_vs_torch", "k_bf16_jax_vs_eager", "k_aot_eager_bf16", "k_inductor_bf16",
     "k_fp32_flat_vs_3d", "k_bf16_eager", "k_jax_bf16_vs_fp32"}
 GPU_ONLY_IDS = {"k_cudagraphs_fp32", "k_inductor_reduce_overhead_bf16"}
-NATIVE_BF16_IDS = {"k_aot_eager_bf16", "k_inductor_bf16", "k_bf16_eager", "k_jax_bf16_vs_fp32"}
+NATIVE_BF16_IDS = {"k_aot_eager_bf16", "k_inductor_bf16", "k_bf16_eager", "k_jax_bf16_vs_fp32",
+                   "k_bf16_jax_vs_torch", "k_bf16_jax_vs_eager"}
 BEST_FP32 = ("jax.jit, tokens flattened", "torch.compile")  # with these made-up timings
 
 
