@@ -91,8 +91,8 @@ class ShardedMemory:
 
 JAX_CANDIDATE = {"faster": "JAX", "slower": "PyTorch"}
 TORCH_CANDIDATE = {"faster": "PyTorch", "slower": "JAX"}
-VIT = "training a ViT, each framework's best checked step"
-GPT = "training a GPT, each framework's best checked step"
+VIT = "training a ViT, each framework's fastest checked step of those timed"
+GPT = "training a GPT, each framework's fastest checked step of those timed"
 EVIDENCE = (
     FromClaim("vmap_compiled", "per-example code (vmap), compiled", "01_vmap",
               ("dot_jit_vs_compile", "attention_jit_vs_compile", "grads_jit_vs_compile"),
