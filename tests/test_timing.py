@@ -395,9 +395,13 @@ def test_measure_agrees_with_a_hand_synced_jax_loop_on_an_allocating_chain():
             per_call.append((time.perf_counter() - start) / calls)
         return float(np.median(per_call))
 
-    ratio = _ratio_of_alternating_runs(lambda: measure(chain, x).median, hand_synced)
+    ratio = _ratio_of_alternating_runs(lambda: measure(chain, x).median, hand_synced, rounds=7)
 
-    assert ratio == pytest.approx(1, abs=0.10)
+    # The timer keeps one call in flight (sync.pace), so with a second core the next call's
+    # dispatch overlaps this one's compute, which the hand-synced loop never allows: it may
+    # read up to a dispatch per call less (0.86 in a loaded CI run). A clock stopped before
+    # the work finished would read a small fraction of the hand-synced time.
+    assert 0.75 <= ratio <= 1.10
 
 
 def test_jax_finishes_a_devices_work_in_the_order_it_was_issued():
