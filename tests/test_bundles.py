@@ -21,7 +21,8 @@ CPU = "AMD EPYC 7B13 (2 cores)"
 GPU = "NVIDIA H100 80GB HBM3"
 CLAIMED = (("01_vmap", "dot_jit_vs_compile"), ("04_gpt_training", "char_fp32_jax_vs_torch"),
            ("05_vit_training", "best_jax_vs_torch_b8"))
-HAND_NAME = "2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2"  # hand_bundle's default build
+# hand_bundle's default build: named by the day, the CPU's kind and cores, torch and jax
+HAND_NAME = "2026-11-28_amd-epyc-7b13-2core_torch-2.13.0_jax-0.10.2"
 GPU_SLUG = "gpu-nvidia-h100-80gb-hbm3"
 
 
@@ -100,8 +101,8 @@ def test_write_makes_a_dated_bundle_of_the_builds_evidence_that_loads(tmp_path):
     folder = bundles.write(source, into=tmp_path / "builds", notes="first")
     slug = {name: re.sub(r"[^a-z0-9.]+", "-", v.split("+")[0].lower()) for name, v in
             (("torch", TORCH), ("jax", JAX))}
-    assert folder.name == (f"2026-11-28_cpu-{env.available_cores()}core_torch-{slug['torch']}"
-                           f"_jax-{slug['jax']}")
+    assert folder.name == (f"2026-11-28_amd-epyc-7b13-{env.available_cores()}core_torch-"
+                           f"{slug['torch']}_jax-{slug['jax']}")
     stamped = [f"{bundles.RESULTS_FOLDER}/{s['chapter']}.csv" for s in stamps]
     expected = sorted([claims.FILE_NAME, provenance.FILE_NAME, *stamped])
     # every stamped page's file, and no unstamped stability.csv
@@ -350,8 +351,8 @@ MALFORMED = {
     "bad scale": (lambda f: edit_json(f, lambda b: b.update(scale="huge")),
                   "build.json: field 'scale' has an impossible value 'huge'"),
     "renamed folder": (lambda f: edit_json(f, lambda b: b.update(cores=4)),
-                       "build.json: the folder's name '2026-11-28_cpu-2core_torch-2.13.0_jax-"
-                       "0.10.2' does not match its fields"),
+                       f"build.json: the folder's name '{HAND_NAME}' does not match its "
+                       "fields"),
     "claims missing": (lambda f: (f / "claims.csv").unlink(), "claims.csv: file missing"),
     "claims empty": (lambda f: (f / "claims.csv").write_text(""), "claims.csv: not a readable CSV"),
     "claims header only": (lambda f: edit_claims(f, lambda c: c.iloc[:0]),
@@ -411,7 +412,7 @@ def test_load_all_reads_every_bundle_oldest_first_and_skips_the_rest(tmp_path):
     assert bundles.load_all(tmp_path / "none yet") == []
     newer = hand_bundle(tmp_path, date="2026-12-01")
     older = hand_bundle(tmp_path, versions={"torch": "2.12.0"})
-    (tmp_path / ".2026-12-02_cpu-2core_torch-x_jax-y.partial").mkdir()  # a write under way
+    (tmp_path / ".2026-12-02_amd-epyc-2core_torch-x_jax-y.partial").mkdir()  # a write under way
     (tmp_path / "README.md").write_text("how to add a bundle")
     assert [b.name for b in bundles.load_all(tmp_path)] == [older.name, newer.name]
 

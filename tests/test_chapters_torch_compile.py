@@ -20,7 +20,7 @@ from deepdive.core.timing import Timing
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "notebooks" / "03_torch_compile.md"
 BUILD_CLAIMS = ROOT / "book" / "data" / "builds" / \
-    "2026-11-28_cpu-2core_torch-2.15.0_jax-0.12.0.1" / "claims.csv"
+    "2026-11-28_intel-xeon-2core_torch-2.15.0_jax-0.12.0.1" / "claims.csv"
 HIDDEN = {"remove-cell", "remove-input", "hide-cell", "hide-input"}
 MODULE = ROOT / "src" / "deepdive" / "chapters" / "torch_compile.py"  # removed: the page holds it
 GPU_CLAIMS = ("mlp_autotune", "mlp_autotune_graphs", "mlp_reduce_overhead")

@@ -303,3 +303,39 @@ def test_a_headline_can_be_marked_after_a_later_check():
     assert claims.claims["fusion_jit"].headline
     with pytest.raises(KeyError, match="no claims"):
         claims.mark_headline("not_made")
+
+
+@pytest.mark.parametrize("native, verdict", [(False, "withheld"), (True, "faster")])
+def test_a_bf16_side_on_a_device_that_emulates_bf16_is_never_decided(native, verdict):
+    """The rule holds for every claim, cross-framework ones included: emulated bf16 times
+    the emulation, so its claim is saved and read back withheld, whatever its interval."""
+    claims = Claims("04_gpt_training", TieBand(0.03), bf16_native=native)
+    claims.compare("char_bf16_jax_vs_torch", "GPT, bf16 mixed: jax.jit against torch.compile",
+                   paired("torch.compile · bf16", [9e-3] * ROUNDS),
+                   paired("jax.jit · bf16", [1e-3] * ROUNDS), headline=True)
+    claims.compare("fp32_only", "GPT, fp32 strict: vmap against a loop", SLOW, FAST)
+    claims.save()
+
+    saved = load_claims("04_gpt_training").set_index("claim_id")
+    assert saved.loc["char_bf16_jax_vs_torch", "verdict"] == verdict
+    assert saved.loc["char_bf16_jax_vs_torch", "bf16"] == ("native" if native else "emulated")
+    assert saved.loc["fp32_only", "verdict"] == "faster"  # no bf16 side: decided as ever
+    glued, glue = collect()
+    glue_claims("04_gpt_training", glue=glue)
+    phrase = glued["char_bf16_jax_vs_torch"]
+    assert glued["char_bf16_jax_vs_torch_verdict"] == verdict
+    assert verdict_parts(phrase)["form"] == ("decided" if native else "emulated")
+
+
+def test_a_side_that_is_not_the_fastest_of_its_rivals_is_refused_and_the_rivals_are_saved():
+    claims = Claims("01_vmap", TieBand(0.03))
+    rivals = {"loop": SLOW, "vmap": FAST}
+    other = {"vmap copy": SAME}
+    with pytest.raises(ValueError, match="fastest checked variant.*vmap"):
+        claims.compare("best", "dot: x against y", SLOW, SAME, among=(rivals, other))
+
+    claims.compare("best", "dot: vmap copy against vmap", FAST, SAME, among=(rivals, other))
+    claims.save()
+
+    row = load_claims("01_vmap").iloc[0]
+    assert (row.baseline_among, row.candidate_among) == ("loop;vmap", "vmap copy")

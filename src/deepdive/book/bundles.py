@@ -2,7 +2,8 @@
 sets every committed bundle beside this build, claim by claim.
 
 A bundle is one folder, `<date>_<device>_torch-<version>_jax-<version>` (for example
-`2026-11-28_cpu-2core_torch-2.13.0_jax-0.10.2`, named by the day the build started), holding
+`2026-11-28_intel-xeon-2core_torch-2.13.0_jax-0.10.2`, named by the day the build started and
+the CPU's kind, `deepdive.book.machines.cpu_kind`, so that two CPUs on one day get two), holding
 the build's `claims.csv` and `provenance.csv`, its chapters' result files under `results/`,
 and `build.json`: the date, build id, commit, device, cores, Python, framework versions,
 scale, tie band, allocator regime and free-text notes. `python -m deepdive.book.bundles
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deepdive.book import claim_ids, claims, provenance, results
+from deepdive.book.machines import cpu_kind
 from deepdive.core import env
 
 __all__ = ["BUILD_FIELDS", "BUILD_FILE", "MAX_BYTES", "RESULTS_FOLDER", "TWO_BANDS",
@@ -83,13 +85,14 @@ _BUILD_START = re.compile(r"^(\d{4})(\d{2})(\d{2})T\d{6}Z")  # make's DEEPDIVE_B
 
 def bundle_name(build: dict) -> str:
     """The folder name of a bundle from its build.json: the day the build started (from its
-    build id, which `make` names by its UTC start; else its date), device, torch and jax. Two
-    builds of one release on one machine started on one day share a name: `write` refuses
-    the second unless told to replace the first."""
+    build id, which `make` names by its UTC start; else its date), device (a CPU's kind and
+    cores, "intel-xeon-2core"; a GPU's name), torch and jax. Two builds of one release on
+    one machine started on one day share a name: `write` refuses the second unless told to
+    replace the first."""
     # without a local version label: torch's CPU wheels are "2.13.0+cpu"
     torch, jax = (_slug(build["versions"][name].split("+")[0]) for name in ("torch", "jax"))
-    device = (f"cpu-{build['cores']}core" if build["device_kind"] == "cpu"
-              else f"gpu-{_slug(build['device'])}")
+    device = (f"{_slug(cpu_kind(build['device']))}-{build['cores']}core"
+              if build["device_kind"] == "cpu" else f"gpu-{_slug(build['device'])}")
     started = _BUILD_START.match(str(build["build_id"]))
     day = "-".join(started.groups()) if started else build["date"]
     return f"{day}_{device}_torch-{torch}_jax-{jax}"

@@ -23,19 +23,20 @@ _N = r"[0-9]+"  # a batch size or a device count: it changes with the scale
 CLAIM_IDS: tuple[str, ...] = (
     # 01_vmap: the sweep at the largest batch, per workload (the page's sweep_claim calls)
     r"^(?:dot|attention)_(?:torch_vmap_vs_loop|jax_vmap_vs_loop|jit_vmap_vs_jit_loop"
-    r"|vmap_vs_batched|compile_vs_batched|jit_vs_compile|jit_vs_vmap)$",
+    r"|vmap_vs_batched|compile_vs_batched|jit_vs_compile|jit_vs_vmap|best_jax_vs_torch)$",
     # ... and at every batch size
     rf"^(?:dot|attention)_(?:compile_vs_vmap|fori_vs_vmap)_{_N}$",
     rf"^attention_at_set_vs_loop_{_N}$",
     # 01_vmap: per-example gradients (the page's GRAD_CLAIMS)
     r"^grads_(?:torch_vmap_vs_loop|jax_vmap_vs_loop|jit_vs_jit_loop|compile_vs_vmap"
-    r"|jax_vs_torch_eager|jit_vs_compile)$",
+    r"|jax_vs_torch_eager|jit_vs_compile|best_jax_vs_torch)$",
     # 02_jit_xla: fusion and copies, under the kept allocator regime and glibc's defaults
     r"^(?:defaults_)?(?:fusion_jit_k1|fusion_jit|fusion_compile|fusion_compile_vs_jit"
     r"|fusion_eager_torch_vs_jax|fusion_eager_torch_vs_numpy|jit_one_vs_chain"
-    r"|compile_one_vs_chain|copy_fresh_vs_owned|new_function_jit)$",
+    r"|compile_one_vs_chain|copy_fresh_vs_owned|new_function_jit|fusion_best_jax_vs_torch)$",
     # 02_jit_xla: dispatch of a tiny function, a new function, a stream of shapes
     r"^(?:tiny_jit|tiny_compile|tiny_eager_torch_vs_jax|tiny_compile_vs_jit"
+    r"|tiny_best_jax_vs_torch"
     r"|new_function_compile|stream_padding)$",
     # 03_torch_compile: the tiny function and the MLP block (autotune and CUDA graphs: GPU)
     r"^tiny_(?:dynamo_eager|aot_eager|inductor|inductor_vs_eager_backend)$",
@@ -47,6 +48,8 @@ CLAIM_IDS: tuple[str, ...] = (
     rf"^{_GPT}_(?:aot_eager|inductor|cudagraphs|inductor_reduce_overhead)_{_PRECISION}$",
     rf"^{_GPT}_(?:fp32_flat_vs_3d|bf16_eager|jax_bf16_vs_fp32)$",
     # 04_gpt_training: the step taken apart
+    # 04_gpt_training: PyTorch's AdamW implementations on one GPT's parameters
+    r"^adamw_(?:foreach|fused)_vs_loop$",
     rf"^{_GPT}_fp32_(?:forward_jax_vs_torch|backward_jax_vs_torch|backward_flat_vs_3d"
     r"|one_vs_two_programs|backward_flat_jax_vs_torch)$",
     # 04_gpt_training, older builds: reduce-overhead against eager, now the benchmark's id

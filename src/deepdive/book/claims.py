@@ -35,17 +35,24 @@ from deepdive.core.verdict import (
     widen,
 )
 
-__all__ = ["COLUMNS", "FILE_NAME", "OPTIONAL_COLUMNS", "PHRASE_FORMS", "Claim", "Claims", "cite",
-           "claims_path", "glue_claims", "glue_noise", "load_claims", "verdict_parts",
-           "reread_reason", "reread_verdict", "verdict_phrase"]
+__all__ = ["COLUMNS", "EMULATED", "EMULATED_REASON", "FILE_NAME", "OPTIONAL_COLUMNS",
+           "PHRASE_FORMS", "Claim", "Claims", "cite", "claims_path", "emulated", "glue_claims",
+           "glue_noise", "load_claims", "verdict_parts", "reread_reason", "reread_verdict",
+           "verdict_phrase"]
 
 FILE_NAME = "claims.csv"
 COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict", "reason",
            "noisy", "n", "device", "scale", "tie_band", "decision_band", "build_band",
            "widened_by", "baseline", "candidate", "headline", "aliases", "baseline_code",
-           "candidate_code")
+           "candidate_code", "bf16", "baseline_among", "candidate_among")
 # Columns a saved file may lack: bundles of builds from before they existed.
-OPTIONAL_COLUMNS = ("aliases", "baseline_code", "candidate_code")
+OPTIONAL_COLUMNS = ("aliases", "baseline_code", "candidate_code", "bf16", "baseline_among",
+                    "candidate_among")
+# A claim with a bf16 side on a device that emulates bf16 (`env.bf16_native`) times the
+# emulation, not the framework: it is saved, labelled, and never decided.
+EMULATED = "emulated"
+EMULATED_REASON = "bf16 is emulated on this device: no speed verdict"
+_BF16 = re.compile(r"\bbf16\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,11 @@ class Claim:
     # tests check that it is the page or the package's shared layers.
     baseline_code: str = ""
     candidate_code: str = ""
+    bf16: str = ""  # "native" or EMULATED where a side computes in bf16, else ""
+    # The labels a side was the fastest of (`Claims.compare`'s `among`), ";"-joined: a
+    # cross-framework claim compares each side's fastest checked variant, and says so.
+    baseline_among: str = ""
+    candidate_among: str = ""
 
 
 def claims_path() -> Path:
@@ -85,13 +97,14 @@ class Claims:
     them into claims.csv, replacing whatever that chapter saved before."""
 
     def __init__(self, chapter: str, band: TieBand | None = None, device: str | None = None,
-                 versions: dict | None = None):
+                 versions: dict | None = None, bf16_native: bool | None = None):
         """`band` is the build's tie band for the device the timings ran on, by default
         read from the build's calibration (`deepdive.book.calibration.tie_band`). `device`
         labels where the timings ran; by default `env.device_label()` (the GPU when there
         is one): pass `env.cpu_label()` for work that ran on the CPU anyway. `versions`
         names the torch and jax that ran, where this process's are not all of them
-        (`deepdive.book.provenance.stamp`)."""
+        (`deepdive.book.provenance.stamp`). `bf16_native` says whether that device computes
+        bf16 in hardware (by default `env.bf16_native`, asked when a bf16 claim comes)."""
         if not chapter or not isinstance(chapter, str):
             raise ValueError(f"chapter must be a non-empty name such as '01_vmap', got {chapter!r}")
         if band is None:
@@ -107,10 +120,11 @@ class Claims:
         self.aliases: dict[str, str] = {}
         self._pairs: dict[tuple, str] = {}
         self._device, self._scale = device or env.device_label(), env.scale()
+        self._bf16_native = bf16_native
 
     def compare(self, claim_id: str, question: str, baseline: Timing, candidate: Timing,
                 headline: bool = False, control: Timing | None = None,
-                band: TieBand | None = None) -> Claim:
+                band: TieBand | None = None, among: tuple | None = None) -> Claim:
         """Decide `candidate` against `baseline` (interleaved timings) and record it.
 
         `question` names both sides and the scope (workload, size), e.g. "dot products,
@@ -122,6 +136,12 @@ class Claims:
         replaces the build's band for this claim (one widened by an A/A pair of another
         workload timed in the same rounds, `verdict.widen`); it may not be narrower. A
         noisy side widens the band further (`deepdive.core.verdict.decide`).
+
+        `among` = (baseline's rivals, candidate's rivals), each a mapping of label to Timing:
+        each side must be the fastest checked variant (lowest median) of its rivals, as a
+        cross-framework claim compares each framework at its best; they are saved with the
+        claim. A claim with a bf16 side (its question or a label names bf16) on a device
+        that emulates bf16 is saved withheld, whatever its interval (`EMULATED_REASON`).
         """
         if not claim_id.isidentifier():
             raise ValueError(f"claim_id must be a Python identifier (it names glue keys), "
@@ -133,8 +153,13 @@ class Claims:
             existing = self._pairs[pair]
             self.aliases[claim_id] = existing
             names = [a for a in self.claims[existing].aliases.split(";") if a] + [claim_id]
-            self.claims[existing] = replace(self.claims[existing], aliases=";".join(names),
-                                            headline=self.claims[existing].headline or headline)
+            saved = self.claims[existing]
+            rivals = [_fastest_of(side, of) for side, of in zip((baseline, candidate), among or (
+                {}, {}), strict=True)]  # a best-of question asked of a named pair
+            self.claims[existing] = replace(
+                saved, aliases=";".join(names), headline=saved.headline or headline,
+                baseline_among=rivals[0] or saved.baseline_among,
+                candidate_among=rivals[1] or saved.candidate_among)
             return self.claims[existing]
         if band is not None and (not isinstance(band, TieBand) or band.width < self.band.width):
             raise ValueError(f"band must be a TieBand at least as wide as the build's "
@@ -142,26 +167,59 @@ class Claims:
         given = band or self.band
         band = given if control is None else widen(given, baseline, control)
         v = decide(baseline, candidate, band)
+        rivals = [_fastest_of(side, of) for side, of in zip((baseline, candidate), among or (
+            {}, {}), strict=True)]
+        bf16 = self._bf16(question, baseline, candidate)
+        if bf16 == EMULATED:
+            v = replace(v, verdict="withheld")
         widened_by = [BY_CONTROL] if band.width > self.band.width else []
         widened_by += [v.widened_by] if v.widened_by else []
         claim = Claim(self.chapter, claim_id, question, v.ratio, v.low, v.high, v.verdict,
                       v.reason, v.noisy, v.n, self._device, self._scale, v.band,
                       v.decision_band, self.band.width, " and ".join(widened_by),
                       v.baseline, v.candidate, headline, "", ";".join(baseline.code),
-                      ";".join(candidate.code))
+                      ";".join(candidate.code), bf16, *rivals)
+        if bf16 == EMULATED:
+            claim = replace(claim, reason=EMULATED_REASON)
         self.claims[claim_id] = claim
         self._pairs[pair] = claim_id
         return claim
+
+    def compare_best(self, claim_id: str, where: str, timings, torch_labels, jax_labels,
+                     headline: bool = False, band: TieBand | None = None) -> Claim:
+        """Each framework's fastest checked variant of one computation against the other's:
+        of `timings` (label -> Timing, one compare call), the lowest median among
+        `torch_labels` and among `jax_labels` (`verdict.best_of`), JAX's as the candidate.
+        The question names both, after `where` (the workload and scope), and the claim
+        saves the labels each side was the fastest of."""
+        from deepdive.core.verdict import best_of
+
+        sides = {"torch": list(torch_labels), "jax": list(jax_labels)}
+        fastest = {fw: best_of(timings, labels) for fw, labels in sides.items()}
+        among = tuple({label: timings[label] for label in sides[fw]} for fw in sides)
+        return self.compare(claim_id, f"{where}: JAX's fastest ({fastest['jax']}) against "
+                            f"PyTorch's fastest ({fastest['torch']})", timings[fastest["torch"]],
+                            timings[fastest["jax"]], headline=headline, band=band, among=among)
+
+    def _bf16(self, question: str, *sides: Timing) -> str:
+        """"native" or EMULATED where the question or a side's label names bf16, else ""."""
+        if not any(_BF16.search(text) for text in (question, *(t.label for t in sides))):
+            return ""
+        if self._bf16_native is None:
+            self._bf16_native = env.bf16_native("cpu" if env.is_cpu_label(self._device)
+                                                else "cuda")
+        return "native" if self._bf16_native else EMULATED
 
     def mark_headline(self, *claim_ids: str) -> None:
         """Put recorded claims in the chapter's box after the fact: for a headline that
         must first pass a check made later on the page (chapter 2: no verdict the
         allocator regime flips)."""
-        unknown = set(claim_ids) - set(self.claims)
+        unknown = set(claim_ids) - set(self.claims) - set(self.aliases)
         if unknown:
             raise KeyError(f"no claims {sorted(unknown)} recorded in {self.chapter}")
         for claim_id in claim_ids:
-            self.claims[claim_id] = replace(self.claims[claim_id], headline=True)
+            saved = self.aliases.get(claim_id, claim_id)  # an alias marks the claim it reads
+            self.claims[saved] = replace(self.claims[saved], headline=True)
 
     def frame(self):
         import pandas as pd
@@ -188,6 +246,20 @@ class Claims:
         return path
 
 
+def _fastest_of(side: Timing, rivals) -> str:
+    """The ";"-joined labels `side` was the fastest of; fails where a rival was faster."""
+    if not rivals:
+        return ""
+    timed = {label: t for label, t in rivals.items() if isinstance(t, Timing)}
+    if side.label not in timed or timed[side.label] is not side:
+        raise ValueError(f"{side.label!r} is not among its rivals {sorted(rivals)}")
+    faster = [label for label, t in timed.items() if t.median < side.median]
+    if faster:
+        raise ValueError(f"{side.label!r} is not its side's fastest checked variant: "
+                         f"{faster} took less time (pick it with verdict.best_of)")
+    return ";".join(rivals)
+
+
 def load_claims(chapter: str | None = None):
     """claims.csv as a DataFrame (one chapter's rows, or all); a clear error when absent."""
     import pandas as pd
@@ -212,13 +284,24 @@ def _bands(row) -> tuple[TieBand, TieBand]:
     return tie, (TieBand(float(wide)) if wide is not None and wide == wide else tie)
 
 
+def emulated(row) -> bool:
+    """Whether a saved row has a side in bf16 on a device that emulates it."""
+    value = row.get("bf16") if hasattr(row, "get") else None
+    return isinstance(value, str) and value == EMULATED
+
+
 def reread_verdict(row) -> str:
-    """The verdict for a saved row, recomputed from its numbers and bands with the one rule."""
+    """The verdict for a saved row, recomputed from its numbers and bands with the one rule;
+    withheld where a side is emulated bf16."""
+    if emulated(row):
+        return "withheld"
     return classify(float(row["ratio"]), float(row["low"]), float(row["high"]), *_bands(row))
 
 
 def reread_reason(row) -> str:
     """Why a saved row's verdict reads as it does, recomputed like its verdict."""
+    if emulated(row):
+        return EMULATED_REASON
     return reason(reread_verdict(row), _as_bool(row["noisy"]),
                   straddles(float(row["low"]), float(row["high"]), _bands(row)[0]))
 
@@ -232,6 +315,8 @@ def verdict_phrase(row) -> str:
     - tie: "jax.jit 1.021x [0.987, 1.043] against torch eager: tie within ±8.6%"
     - withheld: "jax.jit 1.101x [1.020, 1.190] against torch eager: no verdict, the
       interval crosses the band ±8.6%"
+    - emulated bf16: "jax.jit · bf16 9.35x [8.90, 9.80] against torch.compile · bf16: no
+      verdict, bf16 emulated on this device"
 
     The band is the one the interval was read against: for a decided verdict the decision
     band (the build's, widened by an A/A control or a noisy side), for a tie the tie band,
@@ -243,6 +328,8 @@ def verdict_phrase(row) -> str:
         fast, slow, ratio, low, high = slow, fast, 1 / ratio, 1 / high, 1 / low
     verdict, (tie, wide) = reread_verdict(row), _bands(row)
     numbers = f"{_digits(ratio)}x [{_digits(low)}, {_digits(high)}]"
+    if emulated(row):
+        return f"{fast} {numbers} against {slow}: no verdict, bf16 emulated on this device"
     if verdict in DECIDED:
         return f"{fast} {_digits(ratio)}x faster than {slow} [{_digits(low)}, " \
                f"{_digits(high)}], band {_percent(wide)}"
@@ -263,19 +350,23 @@ PHRASE_FORMS = {
                       r"±(?P<band>[\d.]+)%"),
     "withheld": re.compile(rf"(?P<fast>.+?) {_NUMBERS} against (?P<slow>.+): no verdict, the "
                            r"interval crosses the band ±(?P<band>[\d.]+)%"),
+    "emulated": re.compile(rf"(?P<fast>.+?) {_NUMBERS} against (?P<slow>.+): no verdict, bf16 "
+                           r"emulated on this device"),
 }
 
 
 def verdict_parts(text: str) -> dict:
     """Read a phrase of `verdict_phrase` back: {"form", "fast", "slow", "ratio", "low",
-    "high", "band"} (numbers as floats, the band as a fraction). Raises ValueError for text
-    in no form of the book's."""
+    "high", "band"} (numbers as floats, the band as a fraction, None for emulated bf16).
+    Raises ValueError for text in no form of the book's."""
     for form, pattern in PHRASE_FORMS.items():
         found = pattern.fullmatch(text)
         if found:
             parts = found.groupdict()
             numbers = {k: float(parts.pop(k)) for k in ("ratio", "low", "high")}
-            return {"form": form, **parts, **numbers, "band": float(parts.pop("band")) / 100}
+            band = parts.pop("band", None)  # an emulated bf16 claim is read against none
+            return {"form": form, **parts, **numbers,
+                    "band": None if band is None else float(band) / 100}
     raise ValueError(f"not a verdict in the book's one form: {text!r}")
 
 
@@ -292,11 +383,11 @@ def _digits(value: float) -> str:
 
 
 def glue_noise(timings, glue: Callable[[str, object], None] = glue_value) -> dict:
-    """Glue a chapter's noise record for its box: `timing_count`, `noisy_count` (IQR above
-    10% of the median after all rounds), `set_count` (compare calls, each a set of
-    variants timed in the same rounds) and `extended_sets` (sets that ran more than the
-    standard rounds: when any variant of a set is noisy, all of them get more rounds, so
-    that they stay paired). Returns what it glued."""
+    """Glue a chapter's noise record for its box: `timing_count`, `noisy_count`
+    (`Timing.noisy` after all rounds: a median interval reaching beyond 10%), `set_count`
+    (compare calls, each a set of variants timed in the same rounds) and `extended_sets`
+    (sets that ran more than the standard rounds: when any variant of a set is noisy, all
+    of them get more rounds, so that they stay paired). Returns what it glued."""
     from deepdive.core.timing import BLOCKS
 
     sessions = {t.session: t.n for t in timings}

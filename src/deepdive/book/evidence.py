@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["CHAPTERS", "COLUMNS", "EVIDENCE", "EVIDENCE_FILES", "FRAMEWORK_NAMES", "MISSING",
-           "NOT_MEASURED", "ONE_WAY", "PADDING_ALLOWANCE", "PUBLISHED", "FromClaim", "Moves",
-           "ShardedMemory", "data_dir", "evidence_dir", "evidence_table", "fetch", "follow_moves",
-           "is_gpu", "largest_model", "load_all", "machine", "measured_in", "parameters",
-           "published_results", "resolve_claim_ids", "shared", "short_labels", "torch_versions",
-           "which_build"]
+__all__ = ["ACROSS", "CHAPTERS", "COLUMNS", "DEPENDS", "EVIDENCE", "EVIDENCE_FILES",
+           "FRAMEWORK_NAMES", "MISSING", "NOT_MEASURED", "ONE_WAY", "PADDING_ALLOWANCE",
+           "PUBLISHED", "FromClaim", "Moves", "ShardedMemory", "across_machines", "data_dir",
+           "evidence_dir", "evidence_table", "fetch", "follow_moves", "is_gpu", "largest_model",
+           "load_all", "machine", "measured_in", "parameters", "published_results",
+           "resolve_claim_ids", "shared", "short_labels", "torch_versions", "which_build"]
 
 CHAPTERS = ("01_vmap", "02_jit_xla", "03_torch_compile", "04_gpt_training", "05_vit_training",
             "05_vit_xla", "06_distributed")
@@ -74,6 +74,9 @@ class FromClaim:
     optional: bool = False
     absent: str = ""
     skippable: bool = False
+    # Each side's fastest checked variant of the computation (claims.csv's *_among columns
+    # say of which); False for a row whose need names one mode ("op by op") or one framework.
+    best: bool = True
 
 
 @dataclass(frozen=True)
@@ -91,26 +94,28 @@ class ShardedMemory:
 
 JAX_CANDIDATE = {"faster": "JAX", "slower": "PyTorch"}
 TORCH_CANDIDATE = {"faster": "PyTorch", "slower": "JAX"}
+# The PyTorch/XLA routes against PyTorch eager, their own baseline: not evidence for JAX.
+ROUTE_CANDIDATE = {"faster": "the XLA route", "slower": "PyTorch eager"}
 VIT = "training a ViT, each framework's fastest checked step of those timed"
 GPT = "training a GPT, each framework's fastest checked step of those timed"
 EVIDENCE = (
-    FromClaim("vmap_compiled", "per-example code (vmap), compiled", "01_vmap",
-              ("dot_jit_vs_compile", "attention_jit_vs_compile", "grads_jit_vs_compile"),
-              JAX_CANDIDATE),
-    FromClaim("tiny_compiled", "many tiny operations per step, compiled (default modes)",
-              "02_jit_xla", ("tiny_compile_vs_jit",), TORCH_CANDIDATE),
+    FromClaim("vmap", "per-example code (vmap, or batched by hand)", "01_vmap",
+              ("dot_best_jax_vs_torch", "attention_best_jax_vs_torch",
+               "grads_best_jax_vs_torch"), JAX_CANDIDATE),
+    FromClaim("tiny", "many tiny operations per step (default compile modes)", "02_jit_xla",
+              ("tiny_best_jax_vs_torch",), JAX_CANDIDATE),
     FromClaim("tiny_eager", "many tiny operations per step, op by op", "02_jit_xla",
-              ("tiny_eager_torch_vs_jax",), TORCH_CANDIDATE),
-    FromClaim("fusion", "a long elementwise chain on large arrays, compiled", "02_jit_xla",
-              ("fusion_compile_vs_jit",), TORCH_CANDIDATE),
+              ("tiny_eager_torch_vs_jax",), TORCH_CANDIDATE, best=False),
+    FromClaim("fusion", "a long elementwise chain on large arrays", "02_jit_xla",
+              ("fusion_best_jax_vs_torch",), JAX_CANDIDATE),
     FromClaim("vit_fp32", VIT, "05_vit_training", ("best_jax_vs_torch_b{n}",), JAX_CANDIDATE,
               part="fp32 strict"),
     FromClaim("vit_bf16", VIT, "05_vit_training", ("bf16_best_jax_vs_torch",), JAX_CANDIDATE,
               part="bf16 mixed", optional=True, absent="compiled bf16 on a GPU only"),
-    FromClaim("xla_route", "PyTorch code through XLA, against JAX", "05_vit_xla",
-              ("xla_lazy_vs_jax", "xla_compile_vs_jax", "torchax_vs_jax"), TORCH_CANDIDATE,
-              part="PyTorch/XLA and torchax routes", optional=True, skippable=True,
-              absent="side environment skipped"),
+    FromClaim("xla_route", "PyTorch code through XLA, against PyTorch eager (same torch)",
+              "05_vit_xla", ("xla_lazy_vs_eager", "xla_compile_vs_eager", "torchax_vs_eager"),
+              ROUTE_CANDIDATE, part="PyTorch/XLA and torchax routes", optional=True,
+              skippable=True, absent="side environment skipped", best=False),
     FromClaim("lm_fp32", GPT, "04_gpt_training",
               ("char_fp32_jax_vs_torch", "vocab_fp32_jax_vs_torch"), JAX_CANDIDATE,
               part="fp32 strict"),
@@ -235,6 +240,36 @@ def evidence_table(found: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+DEPENDS = "depends on the CPU"
+ACROSS = "across CPUs"  # the column `across_machines` adds
+
+
+def across_machines(table: pd.DataFrame, claims: pd.DataFrame | None, folders,
+                    follow: Moves) -> pd.DataFrame:
+    """`table` (`evidence_table`) with the column ACROSS: for each measured row, whether its
+    verdict holds on every machine the committed bundles (`folders`) ran it on with this
+    build's torch and jax (`deepdive.book.agreement`): "same on N machines", "this machine
+    only", or DEPENDS followed by each machine's verdict with its CPU named. Advice (the
+    intro's, the guide's) rests only on rows that do not read DEPENDS."""
+    from deepdive.book.agreement import agreement
+
+    table = table.copy()
+    table[ACROSS] = ""
+    if claims is None or claims.empty:
+        return table
+    found = agreement(claims, list(folders), follow=follow).set_index(["chapter", "claim_id"])
+    for i, row in table.iterrows():
+        key = (row["chapter"], row["claim"])
+        if key not in found.index:
+            continue
+        seen = found.loc[key]
+        n = int(seen["machines"])
+        table.at[i, ACROSS] = ("this machine only" if n == 1 else
+                               f"same on {n} machines" if bool(seen["agreed"]) else
+                               f"{DEPENDS}: {seen['verdicts']}")
+    return table
+
+
 def _unread(item, status: str, why: str = "") -> dict:
     """A row that holds no measurement: MISSING or not measured, and why."""
     return {"if you need": item.need, "workload and size": getattr(item, "part", ""),
@@ -249,17 +284,27 @@ def _from_claims(item: FromClaim, claims: pd.DataFrame | None) -> list[dict]:
         return [_unread(item, NOT_MEASURED, item.absent)]
     if mine is None or mine.empty:
         return [_unread(item, MISSING)]
-    ids = []
+    ids, saved = [], _saved_ids(mine)
     for pattern in item.claim_ids:
-        matched = resolve_claim_ids(pattern, mine["claim_id"])
+        matched = [saved[i] for i in resolve_claim_ids(pattern, saved)]
         if not matched and not item.optional:
             raise KeyError(f"{item.chapter} saved claims but none matching {pattern!r}; its "
                            f"ids are {sorted(mine['claim_id'])}")
         ids += matched
+    ids = list(dict.fromkeys(ids))  # two names of one claim: one row
     if not ids:
         return [_unread(item, NOT_MEASURED, item.absent)]
     by_id = mine.set_index("claim_id")
     return [_claim_row(item, claim_id, by_id.loc[claim_id]) for claim_id in ids]
+
+
+def _saved_ids(claims: pd.DataFrame) -> dict[str, str]:
+    """Every id a chapter's claims answer to, its aliases included, -> the saved row's id."""
+    found = {saved: saved for saved in claims["claim_id"]}
+    if "aliases" in claims:
+        for saved, named in zip(claims["claim_id"], claims["aliases"], strict=True):
+            found |= {alias: saved for alias in str(named).split(";") if alias and alias != "nan"}
+    return found
 
 
 def _claim_row(item: FromClaim, claim_id: str, saved) -> dict:
@@ -268,9 +313,11 @@ def _claim_row(item: FromClaim, claim_id: str, saved) -> dict:
     verdict = reread_verdict(saved)
     favours = {"tie": "tie", "withheld": "no verdict"}.get(verdict) or item.favours[verdict]
     ratio, low, high = (float(saved[k]) for k in ("ratio", "low", "high"))
-    # the candidate's speed-up over the baseline, turned so that it reads PyTorch over JAX
-    one_way = (ratio, low, high) if item.favours["faster"] == "JAX" else (1 / ratio, 1 / high,
-                                                                          1 / low)
+    # the candidate's speed-up over the baseline, turned so that it reads PyTorch over JAX;
+    # none for a row that sets PyTorch against PyTorch (the XLA routes)
+    one_way = ((ratio, low, high) if item.favours["faster"] == "JAX" else
+               (1 / ratio, 1 / high, 1 / low) if item.favours["faster"] == "PyTorch" else
+               (float("nan"),) * 3)
     return {"if you need": item.need, "workload and size": saved["question"].split(": ", 1)[0],
             "verdict": verdict_phrase(saved), "favours": favours, "device": saved["device"],
             "scale": saved["scale"], "chapter": item.chapter, "claim": claim_id,

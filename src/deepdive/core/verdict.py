@@ -18,12 +18,12 @@ nine in ten of their intervals did. Two things can widen it for one comparison, 
 
 - an A/A control of that comparison's baseline, timed in the same rounds (`widen`): the
   band reaches as far as the control's interval did;
-- a **noisy** side (IQR above 10% of its median). The paired interval already carries
-  the noise that hits both sides of a round, but a noisy side's own median is less
-  certain, and moves more from one build to the next. So the band that faster or slower
-  must clear (the decision band) widens to that side's own uncertainty: how far the
+- a **noisy** side: one whose own median is less certain than the band, that is, the
   distribution-free 95% interval of its median, from its samples alone and unpaired,
-  reaches from that median (`noise_reach`). A tie still needs the interval inside the
+  reaches further from that median than the band (`noise_reach`). The paired interval
+  already carries the noise that hits both sides of a round, but such a side's median
+  moves more from one build to the next, so the band that faster or slower must clear
+  (the decision band) widens to that reach. A tie still needs the interval inside the
   unwidened band: noise makes no difference look smaller. A noisy side never withholds a
   verdict by itself; it is always reported, and a verdict decided with it reads "noisy,
   size uncertain".
@@ -160,11 +160,9 @@ class Verdict:
 
 
 def noise_reach(timing: Timing) -> float:
-    """How uncertain a side's own median is: how far, as a fraction of the median, the
-    distribution-free 95% interval of its samples' median reaches from it (unpaired)."""
-    low, high = timing.ci95
-    middle = timing.median
-    return max(high / middle - 1, middle / low - 1, 0.0)
+    """How uncertain a side's own median is (`Timing.reach`): how far, as a fraction of the
+    median, the distribution-free 95% interval of its samples' median reaches from it."""
+    return timing.reach
 
 
 def decide(baseline: Timing, candidate: Timing, band: TieBand) -> Verdict:
@@ -175,9 +173,11 @@ def decide(baseline: Timing, candidate: Timing, band: TieBand) -> Verdict:
             "call: the rule needs interleaved rounds, so time them together"
         )
     ratio, low, high = speedup(baseline, candidate)
-    noisy_sides = [t for t in (baseline, candidate) if t.noisy]
-    width = max([band.width, *(noise_reach(t) for t in noisy_sides)])
+    # Any side whose median is less certain than the band widens it, flagged or not; the
+    # claim is noisy when that happened (its label then says something about the verdict).
+    width = max(band.width, noise_reach(baseline), noise_reach(candidate))
     widened_by = BY_NOISE if width > band.width else ""
+    noisy_sides = [t for t in (baseline, candidate) if noise_reach(t) > band.width]
     verdict = classify(ratio, low, high, band, TieBand(width))
     return Verdict(baseline.label, candidate.label, ratio, low, high, bool(noisy_sides),
                    baseline.n, verdict, band.width, width, widened_by)

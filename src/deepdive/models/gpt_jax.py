@@ -278,8 +278,9 @@ def torch_arrays_as_nnx(named_arrays) -> dict[tuple, np.ndarray]:
     return out
 
 
-def port_torch_weights(torch_model, model: GPT) -> None:
-    """Copy every parameter of a PyTorch `deepdive.models.gpt.GPT` into `model`, in place.
+def port_torch_weights(torch_model, model: GPT) -> GPT:
+    """Copy every parameter of a PyTorch `deepdive.models.gpt.GPT` into `model`, in place,
+    and return `model`.
 
     Refuses, naming it: a model of another configuration (a head count changes no name or
     shape), a parameter that is not fp32, a PyTorch parameter with no place in the twin (an
@@ -309,6 +310,7 @@ def port_torch_weights(torch_model, model: GPT) -> None:
                              f"ported {array.shape}")
         variable.set_value(jnp.asarray(array, dtype=variable.dtype))
     nnx.update(model, nnx.from_flat_state(flat))
+    return model
 
 
 def _residual_std(cfg: GPTConfig) -> float:

@@ -1,0 +1,149 @@
+"""deepdive.book.agreement and deepdive.book.machines: a claim's verdict on every machine that
+ran this build's pins, read from small fixture bundles in tmp_path; bundles of other pins,
+scales or device kinds are ignored; machines are named by their CPU's kind."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from test_bundles import GPU, build_json, claim, hand_bundle
+
+from deepdive.book import agreement, bundles, claims
+from deepdive.book.machines import cpu_kind, machine
+
+XEON = "Intel(R) Xeon(R) Processor (1 of 2 cores)"
+EPYC = "AMD EPYC (1 of 2 cores)"
+PINS = ("2.15.0", "0.12.0.1")
+VERSIONS = {"torch": "2.15.0", "jax": "0.12.0.1"}
+# ratio, low, high against a band of ±5%
+FASTER, SLOWER, TIE, OPEN = (1.5, 1.4, 1.6), (0.6, 0.55, 0.65), (1.0, 0.99, 1.01), \
+    (1.05, 1.0, 1.1)
+
+
+def made(device, **ratios):
+    """Claims of 01_vmap by id, each with its (ratio, low, high), measured on `device`."""
+    return [claim("01_vmap", claim_id, ratio, device=device) for claim_id, ratio in ratios.items()]
+
+
+def bundle(root, rows, device, **changes):
+    """A committed bundle of `rows` on `device`, this build's pins unless `changes` says."""
+    versions = VERSIONS | changes.pop("versions", {})
+    return hand_bundle(root, rows, device=device, versions=versions, **changes)
+
+
+def read(current_rows, folders, pins=PINS):
+    return agreement.agreement(pd.DataFrame(current_rows, columns=claims.COLUMNS), folders,
+                               pins).set_index("claim_id")
+
+
+# ---- machines -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("label, kind, named", [
+    (XEON, "Intel Xeon", "Intel Xeon (2 cores)"),
+    (EPYC, "AMD EPYC", "AMD EPYC (2 cores)"),
+    ("AMD EPYC 7763 64-Core Processor (2 cores)", "AMD EPYC 7763", "AMD EPYC 7763 (2 cores)"),
+    ("Intel(R) Core(TM) i7-9750H CPU @ 2.60GHz (1 core)", "Intel Core i7-9750H",
+     "Intel Core i7-9750H (1 core)"),
+    (GPU, GPU, GPU),  # a GPU is named by its name
+])
+def test_a_machine_is_named_by_its_cpus_kind_and_all_its_cores(label, kind, named):
+    assert (cpu_kind(label), machine(label)) == (kind, named)
+    assert agreement.cpu_kind is cpu_kind  # one naming for bundles, the ledger and the advice
+
+
+def test_two_cpus_on_one_day_get_two_bundle_names():
+    """The cold read: two CPUs' builds of one release on one day collided on one folder."""
+    names = {bundles.bundle_name(build_json(device=d, versions=VERSIONS)) for d in (XEON, EPYC)}
+    assert names == {"2026-11-28_intel-xeon-2core_torch-2.15.0_jax-0.12.0.1",
+                     "2026-11-28_amd-epyc-2core_torch-2.15.0_jax-0.12.0.1"}
+
+
+# ---- agreement ----------------------------------------------------------------------------
+
+def test_each_machine_that_ran_the_pins_gives_its_verdict(tmp_path):
+    epyc = bundle(tmp_path, made(EPYC, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE,
+                                 grads_jit_vs_compile=SLOWER), EPYC)
+    # other pins: the same claim slower there, which must not count
+    older = bundle(tmp_path, made(EPYC, dot_jit_vs_compile=SLOWER), EPYC,
+                   versions={"torch": "2.13.0", "jax": "0.10.2"})
+    found = read(made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER,
+                      grads_jit_vs_compile=SLOWER, dot_vmap_vs_batched=TIE), [epyc, older])
+    assert [found.index.name, *found.columns] == ["claim_id", "chapter", "agreed", "verdicts",
+                                                  "machines"]
+    assert found["agreed"].to_dict() == {"dot_jit_vs_compile": True, "dot_jit_vs_vmap": False,
+                                         "grads_jit_vs_compile": True,
+                                         "dot_vmap_vs_batched": True}
+    assert found.at["dot_jit_vs_vmap", "verdicts"] == \
+        "Intel Xeon (2 cores): faster; AMD EPYC (2 cores): tie"
+    assert found.at["dot_jit_vs_compile", "verdicts"] == \
+        "Intel Xeon (2 cores): faster; AMD EPYC (2 cores): faster"
+    # made by this build alone: it agrees with itself, on one machine
+    assert found.loc["dot_vmap_vs_batched", ["verdicts", "machines"]].tolist() == [
+        "Intel Xeon (2 cores): tie", 1]
+    assert found["machines"].tolist() == [2, 2, 2, 1]
+
+
+def test_builds_of_one_cpu_model_show_once_where_they_agree_and_each_where_not(tmp_path):
+    first = bundle(tmp_path, made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE), XEON,
+                   date="2026-11-27", build_id="20261127T100000Z-a")
+    second = bundle(tmp_path, made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER),
+                    XEON)
+    found = read(made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER), [second, first])
+    assert found.loc["dot_jit_vs_compile", ["agreed", "verdicts", "machines"]].tolist() == [
+        True, "Intel Xeon (2 cores): faster", 1]
+    # a disagreement on one model names each build, oldest bundle first
+    assert found.at["dot_jit_vs_vmap", "verdicts"] == (
+        f"Intel Xeon (2 cores) [{agreement.THIS_BUILD}]: faster; "
+        f"Intel Xeon (2 cores) [{first.name}]: tie; Intel Xeon (2 cores) [{second.name}]: faster")
+    assert not found.at["dot_jit_vs_vmap", "agreed"]
+
+
+def test_a_withheld_verdict_anywhere_agrees_with_nothing(tmp_path):
+    epyc = bundle(tmp_path, made(EPYC, dot_jit_vs_compile=OPEN, dot_jit_vs_vmap=FASTER), EPYC)
+    found = read(made(XEON, dot_jit_vs_compile=OPEN, dot_jit_vs_vmap=FASTER,
+                      grads_jit_vs_compile=OPEN), [epyc])
+    assert found["agreed"].tolist() == [False, True, False]
+    assert found.at["dot_jit_vs_compile", "verdicts"] == \
+        "Intel Xeon (2 cores): withheld; AMD EPYC (2 cores): withheld"
+    assert found.at["grads_jit_vs_compile", "machines"] == 1  # withheld on its own: not advice
+
+
+def test_another_scale_or_device_kind_is_not_comparable(tmp_path):
+    medium = bundle(tmp_path / "m", [claim("01_vmap", "dot_jit_vs_compile", SLOWER, device=EPYC,
+                                           scale="medium")], EPYC, scale="medium")
+    gpu = bundle(tmp_path / "g", made(GPU, dot_jit_vs_compile=SLOWER), GPU, device_kind="gpu")
+    found = read(made(XEON, dot_jit_vs_compile=FASTER), [medium, gpu])
+    assert found.loc["dot_jit_vs_compile", ["agreed", "machines"]].tolist() == [True, 1]
+
+
+def test_pins_are_compared_without_their_local_labels(tmp_path):
+    wheel = bundle(tmp_path, made(EPYC, dot_jit_vs_compile=SLOWER), EPYC,
+                   versions={"torch": "2.15.0+cpu"})
+    found = read(made(XEON, dot_jit_vs_compile=FASTER), [wheel])
+    assert found.loc["dot_jit_vs_compile", ["agreed", "machines"]].tolist() == [False, 2]
+
+
+def test_a_claim_another_build_saved_under_an_alias_is_found(tmp_path):
+    old = claim("05_vit_training", "math_jax_vs_torch", SLOWER, device=EPYC)
+    epyc = bundle(tmp_path, [old], EPYC)
+    mine = claim("05_vit_training", "best_jax_vs_torch_b32", FASTER, device=XEON)
+    mine["aliases"] = "math_jax_vs_torch"
+    found = read([mine], [epyc])
+    assert found.at["best_jax_vs_torch_b32", "verdicts"] == \
+        "Intel Xeon (2 cores): faster; AMD EPYC (2 cores): slower"
+
+
+def test_a_malformed_bundle_fails_the_reading(tmp_path):
+    epyc = bundle(tmp_path, made(EPYC, dot_jit_vs_compile=FASTER), EPYC)
+    (epyc / bundles.BUILD_FILE).unlink()
+    with pytest.raises(bundles.BundleError, match="build.json: file missing"):
+        read(made(XEON, dot_jit_vs_compile=FASTER), [epyc])
+
+
+def test_the_module_imports_no_framework():
+    probe = ("import sys, deepdive.book.agreement\n"
+             "print(sorted({'torch', 'jax'} & set(sys.modules)))")
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    assert ran.stdout.strip() == "[]"
