@@ -21,6 +21,13 @@ FASTER, SLOWER, TIE, OPEN = (1.5, 1.4, 1.6), (0.6, 0.55, 0.65), (1.0, 0.99, 1.01
     (1.05, 1.0, 1.1)
 
 
+# Claim ids and machine names the assertions read (data, not wording).
+DOT_COMPILE, DOT_VMAP = "dot_jit_vs_compile", "dot_jit_vs_vmap"
+GRADS_COMPILE, DOT_BATCHED = "grads_jit_vs_compile", "dot_vmap_vs_batched"
+VIT_BEST, VIT_MATH = "best_jax_vs_torch_b32", "math_jax_vs_torch"
+XEON_NAME, EPYC_NAME = "Intel Xeon (2 cores)", "AMD EPYC (2 cores)"
+
+
 def made(device, **ratios):
     """Claims of 01_vmap by id, each with its (ratio, low, high), measured on `device`."""
     return [claim("01_vmap", claim_id, ratio, device=device) for claim_id, ratio in ratios.items()]
@@ -55,8 +62,9 @@ def test_a_machine_is_named_by_its_cpus_kind_and_all_its_cores(label, kind, name
 def test_two_cpus_on_one_day_get_two_bundle_names():
     """The cold read: two CPUs' builds of one release on one day collided on one folder."""
     names = {bundles.bundle_name(build_json(device=d, versions=VERSIONS)) for d in (XEON, EPYC)}
-    assert names == {"2026-11-28_intel-xeon-2core_torch-2.15.0_jax-0.12.0.1",
-                     "2026-11-28_amd-epyc-2core_torch-2.15.0_jax-0.12.0.1"}
+    expected = {"2026-11-28_intel-xeon-2core_torch-2.15.0_jax-0.12.0.1",
+                "2026-11-28_amd-epyc-2core_torch-2.15.0_jax-0.12.0.1"}
+    assert names == expected
 
 
 # ---- agreement ----------------------------------------------------------------------------
@@ -69,18 +77,18 @@ def test_each_machine_that_ran_the_pins_gives_its_verdict(tmp_path):
                    versions={"torch": "2.13.0", "jax": "0.10.2"})
     found = read(made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER,
                       grads_jit_vs_compile=SLOWER, dot_vmap_vs_batched=TIE), [epyc, older])
-    assert [found.index.name, *found.columns] == ["claim_id", "chapter", "agreed", "verdicts",
-                                                  "machines"]
-    assert found["agreed"].to_dict() == {"dot_jit_vs_compile": True, "dot_jit_vs_vmap": False,
-                                         "grads_jit_vs_compile": True,
-                                         "dot_vmap_vs_batched": True}
-    assert found.at["dot_jit_vs_vmap", "verdicts"] == \
-        "Intel Xeon (2 cores): faster; AMD EPYC (2 cores): tie"
-    assert found.at["dot_jit_vs_compile", "verdicts"] == \
-        "Intel Xeon (2 cores): faster; AMD EPYC (2 cores): faster"
+    assert [found.index.name, *found.columns] == ["claim_id", *agreement.COLUMNS[:1],
+                                                  *agreement.COLUMNS[2:]]
+    assert found["agreed"].to_dict() == {DOT_COMPILE: True, DOT_VMAP: False,
+                                         GRADS_COMPILE: True,
+                                         DOT_BATCHED: True}
+    assert found.at[DOT_VMAP, "verdicts"] == \
+        f"{XEON_NAME}: faster; {EPYC_NAME}: tie"
+    assert found.at[DOT_COMPILE, "verdicts"] == \
+        f"{XEON_NAME}: faster; {EPYC_NAME}: faster"
     # made by this build alone: it agrees with itself, on one machine
-    assert found.loc["dot_vmap_vs_batched", ["verdicts", "machines"]].tolist() == [
-        "Intel Xeon (2 cores): tie", 1]
+    assert found.loc[DOT_BATCHED, ["verdicts", "machines"]].tolist() == [
+        f"{XEON_NAME}: tie", 1]
     assert found["machines"].tolist() == [2, 2, 2, 1]
 
 
@@ -90,13 +98,13 @@ def test_builds_of_one_cpu_model_show_once_where_they_agree_and_each_where_not(t
     second = bundle(tmp_path, made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER),
                     XEON)
     found = read(made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER), [second, first])
-    assert found.loc["dot_jit_vs_compile", ["agreed", "verdicts", "machines"]].tolist() == [
-        True, "Intel Xeon (2 cores): faster", 1]
+    assert found.loc[DOT_COMPILE, ["agreed", "verdicts", "machines"]].tolist() == [
+        True, f"{XEON_NAME}: faster", 1]
     # a disagreement on one model names each build, oldest bundle first
-    assert found.at["dot_jit_vs_vmap", "verdicts"] == (
-        f"Intel Xeon (2 cores) [{agreement.THIS_BUILD}]: faster; "
-        f"Intel Xeon (2 cores) [{first.name}]: tie; Intel Xeon (2 cores) [{second.name}]: faster")
-    assert not found.at["dot_jit_vs_vmap", "agreed"]
+    assert found.at[DOT_VMAP, "verdicts"] == (
+        f"{XEON_NAME} [{agreement.THIS_BUILD}]: faster; "
+        f"{XEON_NAME} [{first.name}]: tie; {XEON_NAME} [{second.name}]: faster")
+    assert not found.at[DOT_VMAP, "agreed"]
 
 
 def test_a_withheld_verdict_anywhere_agrees_with_nothing(tmp_path):
@@ -104,9 +112,9 @@ def test_a_withheld_verdict_anywhere_agrees_with_nothing(tmp_path):
     found = read(made(XEON, dot_jit_vs_compile=OPEN, dot_jit_vs_vmap=FASTER,
                       grads_jit_vs_compile=OPEN), [epyc])
     assert found["agreed"].tolist() == [False, True, False]
-    assert found.at["dot_jit_vs_compile", "verdicts"] == \
-        "Intel Xeon (2 cores): withheld; AMD EPYC (2 cores): withheld"
-    assert found.at["grads_jit_vs_compile", "machines"] == 1  # withheld on its own: not advice
+    assert found.at[DOT_COMPILE, "verdicts"] == \
+        f"{XEON_NAME}: withheld; {EPYC_NAME}: withheld"
+    assert found.at[GRADS_COMPILE, "machines"] == 1  # withheld on its own: not advice
 
 
 def test_another_scale_or_device_kind_is_not_comparable(tmp_path):
@@ -114,14 +122,14 @@ def test_another_scale_or_device_kind_is_not_comparable(tmp_path):
                                            scale="medium")], EPYC, scale="medium")
     gpu = bundle(tmp_path / "g", made(GPU, dot_jit_vs_compile=SLOWER), GPU, device_kind="gpu")
     found = read(made(XEON, dot_jit_vs_compile=FASTER), [medium, gpu])
-    assert found.loc["dot_jit_vs_compile", ["agreed", "machines"]].tolist() == [True, 1]
+    assert found.loc[DOT_COMPILE, ["agreed", "machines"]].tolist() == [True, 1]
 
 
 def test_pins_are_compared_without_their_local_labels(tmp_path):
     wheel = bundle(tmp_path, made(EPYC, dot_jit_vs_compile=SLOWER), EPYC,
                    versions={"torch": "2.15.0+cpu"})
     found = read(made(XEON, dot_jit_vs_compile=FASTER), [wheel])
-    assert found.loc["dot_jit_vs_compile", ["agreed", "machines"]].tolist() == [False, 2]
+    assert found.loc[DOT_COMPILE, ["agreed", "machines"]].tolist() == [False, 2]
 
 
 def test_a_claim_another_build_saved_under_an_alias_is_found(tmp_path):
@@ -130,8 +138,8 @@ def test_a_claim_another_build_saved_under_an_alias_is_found(tmp_path):
     mine = claim("05_vit_training", "best_jax_vs_torch_b32", FASTER, device=XEON)
     mine["aliases"] = "math_jax_vs_torch"
     found = read([mine], [epyc])
-    assert found.at["best_jax_vs_torch_b32", "verdicts"] == \
-        "Intel Xeon (2 cores): faster; AMD EPYC (2 cores): slower"
+    assert found.at[VIT_BEST, "verdicts"] == \
+        f"{XEON_NAME}: faster; {EPYC_NAME}: slower"
 
 
 def test_a_malformed_bundle_fails_the_reading(tmp_path):

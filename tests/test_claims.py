@@ -317,13 +317,14 @@ def test_a_bf16_side_on_a_device_that_emulates_bf16_is_never_decided(native, ver
     claims.save()
 
     saved = load_claims("04_gpt_training").set_index("claim_id")
-    assert saved.loc["char_bf16_jax_vs_torch", "verdict"] == verdict
-    assert saved.loc["char_bf16_jax_vs_torch", "bf16"] == ("native" if native else "emulated")
+    bf16_claim = "char_bf16_jax_vs_torch"
+    assert saved.loc[bf16_claim, "verdict"] == verdict
+    assert saved.loc[bf16_claim, "bf16"] == ("native" if native else "emulated")
     assert saved.loc["fp32_only", "verdict"] == "faster"  # no bf16 side: decided as ever
     glued, glue = collect()
     glue_claims("04_gpt_training", glue=glue)
-    phrase = glued["char_bf16_jax_vs_torch"]
-    assert glued["char_bf16_jax_vs_torch_verdict"] == verdict
+    phrase = glued[bf16_claim]
+    assert glued[f"{bf16_claim}_verdict"] == verdict
     assert verdict_parts(phrase)["form"] == ("decided" if native else "emulated")
 
 

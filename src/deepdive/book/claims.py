@@ -44,10 +44,11 @@ FILE_NAME = "claims.csv"
 COLUMNS = ("chapter", "claim_id", "question", "ratio", "low", "high", "verdict", "reason",
            "noisy", "n", "device", "scale", "tie_band", "decision_band", "build_band",
            "widened_by", "baseline", "candidate", "headline", "aliases", "baseline_code",
-           "candidate_code", "bf16", "baseline_among", "candidate_among")
+           "candidate_code", "bf16", "baseline_among", "candidate_among", "baseline_median",
+           "candidate_median")
 # Columns a saved file may lack: bundles of builds from before they existed.
 OPTIONAL_COLUMNS = ("aliases", "baseline_code", "candidate_code", "bf16", "baseline_among",
-                    "candidate_among")
+                    "candidate_among", "baseline_median", "candidate_median")
 # A claim with a bf16 side on a device that emulates bf16 (`env.bf16_native`) times the
 # emulation, not the framework: it is saved, labelled, and never decided.
 EMULATED = "emulated"
@@ -86,6 +87,9 @@ class Claim:
     # cross-framework claim compares each side's fastest checked variant, and says so.
     baseline_among: str = ""
     candidate_among: str = ""
+    # Each side's median (s): the ledger reads which side's time moved between builds.
+    baseline_median: float = float("nan")
+    candidate_median: float = float("nan")
 
 
 def claims_path() -> Path:
@@ -178,7 +182,8 @@ class Claims:
                       v.reason, v.noisy, v.n, self._device, self._scale, v.band,
                       v.decision_band, self.band.width, " and ".join(widened_by),
                       v.baseline, v.candidate, headline, "", ";".join(baseline.code),
-                      ";".join(candidate.code), bf16, *rivals)
+                      ";".join(candidate.code), bf16, *rivals, baseline.median,
+                      candidate.median)
         if bf16 == EMULATED:
             claim = replace(claim, reason=EMULATED_REASON)
         self.claims[claim_id] = claim

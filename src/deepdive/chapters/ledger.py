@@ -194,9 +194,13 @@ def _median(medians: pd.DataFrame, chapter: str, label: str, question: str) -> f
 
 
 def side_medians(build: Build, claim: dict, medians: pd.DataFrame | None = None) -> dict:
-    """{"baseline": seconds, "candidate": seconds} of a claim's two sides in `build`, read from
-    the build's result files (None for a side not found there: its label is no result row's
-    variant, or names several sizes the question does not tell apart)."""
+    """{"baseline": seconds, "candidate": seconds} of a claim's two sides in `build`: saved
+    with the claim (`baseline_median`, `candidate_median`), else read from the build's
+    result files (None for a side not found there: its label is no result row's variant, or
+    names several sizes the question does not tell apart)."""
+    saved = {side: claim.get(f"{side}_median") for side in ("baseline", "candidate")}
+    if all(isinstance(t, float) and t == t for t in saved.values()):
+        return saved  # claims.csv keeps each side's median since issue 37
     medians = _medians(build) if medians is None else medians
     chapter = str(claim.get("saved_in") or claim["chapter"])
     return {side: _median(medians, chapter, str(claim[side]), str(claim["question"]))
