@@ -155,3 +155,15 @@ def test_the_module_imports_no_framework():
     ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True)
     assert ran.stdout.strip() == "[]"
+
+
+def test_a_pair_another_build_asked_the_other_way_round_is_found_and_turned(tmp_path):
+    """One comparison under two ids, its sides swapped (tiny_best_jax_vs_torch against the
+    older tiny_compile_vs_jit): the other build's verdict is read, from this claim's side."""
+    old = claim("02_jit_xla", "tiny_compile_vs_jit", SLOWER, device=EPYC)  # cand slower
+    old.update(baseline="jax.jit", candidate="torch.compile")
+    epyc = bundle(tmp_path, [old], EPYC)
+    mine = claim("02_jit_xla", "tiny_best_jax_vs_torch", FASTER, device=XEON)
+    mine.update(baseline="torch.compile", candidate="jax.jit")
+    found = read([mine], [epyc]).loc[mine["claim_id"]]
+    assert found[["agreed", "machines"]].tolist() == [True, 2]

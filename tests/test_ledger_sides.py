@@ -106,3 +106,16 @@ def test_the_committed_bundles_compare_two_cpus_and_name_pytorchs_bf16_step():
     assert bf16["change"] == "moved"
     pytorch_step = "torch.compile · bf16: 136 → 648 ms"  # the issue's reading, now by side
     assert bf16["time changed"].startswith(pytorch_step)
+
+
+def test_an_older_build_without_saved_medians_reads_its_own_result_files(tmp_path):
+    """A newer build saves each side's median with its claims; set beside an older build
+    that did not, the older build's medians come from its own result files, never from the
+    newer build's columns."""
+    newer = [dict(row, baseline_median=0.648, candidate_median=0.095)
+             for row in rows(dot_jit_vs_compile=MUCH_FASTER)]
+    old, new = builds(tmp_path, (rows(dot_jit_vs_compile=FASTER), {}),
+                      (newer, dict(versions=NEW)))
+    medians(old, base=("16", 0.139), cand=("16", 0.0927))
+    found = ledger.changes(old, new).droplevel("chapter")
+    assert found.loc[ID, list(ledger.SIDE_COLUMNS)].tolist() == [0.139, 0.648, 0.0927, 0.095]

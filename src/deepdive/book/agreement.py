@@ -21,7 +21,8 @@ from deepdive.book.claims import reread_verdict
 from deepdive.book.machines import cpu_kind, machine
 from deepdive.core import env
 
-__all__ = ["COLUMNS", "THIS_BUILD", "agreement", "comparable", "cpu_kind"]
+__all__ = ["COLUMNS", "THIS_BUILD", "agreement", "comparable", "comparable_folders",
+           "cpu_kind"]
 
 COLUMNS = ("chapter", "claim_id", "agreed", "verdicts", "machines")
 THIS_BUILD = "this build"
@@ -47,6 +48,18 @@ def comparable(bundle: bundles.Bundle, pins: tuple[str, str]) -> bool:
         _public(p) for p in pins)
 
 
+def comparable_folders(folders, pins: tuple[str, str] | None = None, follow=None) -> list[Path]:
+    """The bundles of `folders` that ran `pins` (torch, jax; by default those installed)."""
+    pins = pins or _installed()
+    follow = follow or (lambda chapter, claim_id: (chapter, claim_id))
+    return [Path(f) for f in folders if comparable(bundles.load(Path(f), current=follow), pins)]
+
+
+def _installed() -> tuple[str, str]:
+    installed = env.versions()
+    return installed["torch"], installed["jax"]
+
+
 def _rows_by_id(saved: pd.DataFrame, follow) -> dict[tuple, dict]:
     """A bundle's rows by (chapter, claim id) where they live now (`follow`), and by each
     alias the row names, where the bundle saved no row under that id."""
@@ -58,6 +71,23 @@ def _rows_by_id(saved: pd.DataFrame, follow) -> dict[tuple, dict]:
         for alias in _ids(row)[1:]:
             aliases.setdefault((chapter, alias), row)
     return aliases | found
+
+
+def _sides(row: dict, reverse: bool = False) -> tuple:
+    """(chapter, scope, baseline, candidate) of a claim: the same comparison whatever its id
+    (a pair asked the other way round has its sides swapped)."""
+    sides = (str(row["baseline"]), str(row["candidate"]))
+    scope = str(row["question"]).split(": ")[0]
+    return (str(row["chapter"]), scope, *(sides[::-1] if reverse else sides))
+
+
+def _rows_by_sides(saved: pd.DataFrame, follow) -> dict[tuple, dict]:
+    """A bundle's rows by `_sides`, each in the chapter where it lives now."""
+    found = {}
+    for row in saved.to_dict("records"):
+        chapter, _ = follow(str(row["chapter"]), str(row["claim_id"]))
+        found.setdefault(_sides({**row, "chapter": chapter}), row)
+    return found
 
 
 def _verdicts(entries: list[tuple[str, str, str]]) -> str:
@@ -87,21 +117,24 @@ def agreement(current: pd.DataFrame, folders: list[Path], pins: tuple[str, str] 
     (`bundles.load`); `follow` maps an older build's (chapter, claim id) to where it lives
     now (`deepdive.chapters.claim_map.current`)."""
     follow = follow or (lambda chapter, claim_id: (chapter, claim_id))
-    if pins is None:
-        installed = env.versions()
-        pins = (installed["torch"], installed["jax"])
+    pins = pins or _installed()
     found = [bundles.load(Path(f), current=follow) for f in folders]
-    others = [(b.name, _rows_by_id(b.claims, follow)) for b in
+    others = [(b.name, _rows_by_id(b.claims, follow), _rows_by_sides(b.claims, follow)) for b in
               sorted(found, key=lambda b: (b.build["date"], b.name)) if comparable(b, pins)]
     rows = []
     for row in current.to_dict("records"):
         key = (str(row["chapter"]), str(row["claim_id"]))
         entries = [(machine(row["device"]), THIS_BUILD, reread_verdict(row))]
-        for name, saved in others:
+        for name, saved, by_sides in others:
             other = next((saved[key[0], i] for i in _ids(row) if (key[0], i) in saved), None)
+            turned = other is None and _sides(row, reverse=True) in by_sides
+            other = by_sides.get(_sides(row, reverse=True)) if turned else other
             if other is not None and other["scale"] == row["scale"] and _kind(
                     other["device"]) == _kind(row["device"]):
-                entries.append((machine(other["device"]), name, reread_verdict(other)))
+                verdict = reread_verdict(other)
+                verdict = {"faster": "slower", "slower": "faster"}.get(verdict, verdict) \
+                    if turned else verdict  # the same pair asked the other way round
+                entries.append((machine(other["device"]), name, verdict))
         verdicts = {verdict for *_, verdict in entries}
         rows.append({"chapter": key[0], "claim_id": key[1],
                      "agreed": len(verdicts) == 1 and "withheld" not in verdicts,

@@ -290,9 +290,14 @@ def _bands(row) -> tuple[TieBand, TieBand]:
 
 
 def emulated(row) -> bool:
-    """Whether a saved row has a side in bf16 on a device that emulates it."""
+    """Whether a saved row has a side in bf16 on a device that emulates it: its `bf16`
+    column says so, or, in a file saved before that column, its question or a side's label
+    says "(emulated)" as the GPT and ViT chapters labelled such steps."""
     value = row.get("bf16") if hasattr(row, "get") else None
-    return isinstance(value, str) and value == EMULATED
+    if isinstance(value, str) and value in ("native", EMULATED):
+        return value == EMULATED
+    named = " ".join(str(row.get(k, "")) for k in ("question", "baseline", "candidate"))
+    return bool(_BF16.search(named)) and "(emulated)" in named
 
 
 def reread_verdict(row) -> str:

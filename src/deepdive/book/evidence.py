@@ -241,6 +241,9 @@ def evidence_table(found: dict[str, pd.DataFrame | None]) -> pd.DataFrame:
 
 
 DEPENDS = "depends on the CPU"
+NO_VERDICT_HERE = "no verdict on this machine"  # the others' verdicts, for context only
+HERE_ONLY = "measured here only"  # no committed build of these pins made the claim
+REBUILDS_DIFFER = "differs between builds on this CPU"  # run to run, or commit to commit
 ACROSS = "across CPUs"  # the column `across_machines` adds
 
 
@@ -248,13 +251,16 @@ def across_machines(table: pd.DataFrame, claims: pd.DataFrame | None, folders,
                     follow: Moves) -> pd.DataFrame:
     """`table` (`evidence_table`) with the column ACROSS: for each measured row, whether its
     verdict holds on every machine the committed bundles (`folders`) ran it on with this
-    build's torch and jax (`deepdive.book.agreement`): "same on N machines", "this machine
-    only", or DEPENDS followed by each machine's verdict with its CPU named. Advice (the
+    build's torch and jax (`deepdive.book.agreement`): "same on N machines", HERE_ONLY,
+    DEPENDS followed by each machine's verdict named by the side it favours (and then the
+    row favours DEPENDS, not a framework), or, where this build withheld its verdict,
+    NO_VERDICT_HERE followed by the same. Advice (the
     intro's, the guide's) rests only on rows that do not read DEPENDS."""
     from deepdive.book.agreement import agreement
 
     table = table.copy()
     table[ACROSS] = ""
+    sides = {item.need: item.favours for item in EVIDENCE if isinstance(item, FromClaim)}
     if claims is None or claims.empty:
         return table
     found = agreement(claims, list(folders), follow=follow).set_index(["chapter", "claim_id"])
@@ -264,10 +270,24 @@ def across_machines(table: pd.DataFrame, claims: pd.DataFrame | None, folders,
             continue
         seen = found.loc[key]
         n = int(seen["machines"])
-        table.at[i, ACROSS] = ("this machine only" if n == 1 else
+        each = _by_winner(seen["verdicts"], sides.get(row["if you need"], {}))
+        table.at[i, ACROSS] = (f"{REBUILDS_DIFFER}: {each}" if n == 1 and not bool(
+                                   seen["agreed"]) and "[" in each else
+                               HERE_ONLY if n == 1 else
                                f"same on {n} machines" if bool(seen["agreed"]) else
-                               f"{DEPENDS}: {seen['verdicts']}")
+                               f"{NO_VERDICT_HERE}: {each}" if row["favours"] == "no verdict"
+                               else f"{DEPENDS}: {each}")
+        if table.at[i, ACROSS].startswith(DEPENDS):  # no side to favour: no advice
+            table.at[i, "favours"] = DEPENDS
     return table
+
+
+def _by_winner(verdicts: str, favours: dict) -> str:
+    """"Intel Xeon (2 cores): faster; ..." with each verdict named by the side it favours
+    ("Intel Xeon (2 cores): PyTorch; AMD EPYC (2 cores): tie")."""
+    names = {**favours, "tie": "tie", "withheld": "no verdict"}
+    return re.sub(r": (faster|slower|tie|withheld)(?=;|$)",
+                  lambda m: f": {names.get(m.group(1), m.group(1))}", verdicts)
 
 
 def _unread(item, status: str, why: str = "") -> dict:

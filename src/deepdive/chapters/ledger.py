@@ -198,9 +198,12 @@ def side_medians(build: Build, claim: dict, medians: pd.DataFrame | None = None)
     with the claim (`baseline_median`, `candidate_median`), else read from the build's
     result files (None for a side not found there: its label is no result row's variant, or
     names several sizes the question does not tell apart)."""
+    # claims.csv keeps each side's median since issue 37; an older build's row, merged with
+    # a newer one's, may carry the newer build's columns, so ask the build's own file
     saved = {side: claim.get(f"{side}_median") for side in ("baseline", "candidate")}
-    if all(isinstance(t, float) and t == t for t in saved.values()):
-        return saved  # claims.csv keeps each side's median since issue 37
+    if "baseline_median" in build.claims.columns and all(
+            isinstance(t, float) and t == t for t in saved.values()):
+        return saved
     medians = _medians(build) if medians is None else medians
     chapter = str(claim.get("saved_in") or claim["chapter"])
     return {side: _median(medians, chapter, str(claim[side]), str(claim["question"]))

@@ -18,12 +18,12 @@ nine in ten of their intervals did. Two things can widen it for one comparison, 
 
 - an A/A control of that comparison's baseline, timed in the same rounds (`widen`): the
   band reaches as far as the control's interval did;
-- a **noisy** side: one whose own median is less certain than the band, that is, the
+- a **noisy** side (`Timing.noisy`): one whose own median is uncertain, that is, the
   distribution-free 95% interval of its median, from its samples alone and unpaired,
-  reaches further from that median than the band (`noise_reach`). The paired interval
-  already carries the noise that hits both sides of a round, but such a side's median
-  moves more from one build to the next, so the band that faster or slower must clear
-  (the decision band) widens to that reach. A tie still needs the interval inside the
+  reaches more than 10% from that median (`noise_reach`). The paired interval already
+  carries the noise that hits both sides of a round, but such a side's median moves more
+  from one build to the next, so the band that faster or slower must clear (the decision
+  band) widens to that reach where it exceeds the band. A tie still needs the interval inside the
   unwidened band: noise makes no difference look smaller. A noisy side never withholds a
   verdict by itself; it is always reported, and a verdict decided with it reads "noisy,
   size uncertain".
@@ -173,11 +173,11 @@ def decide(baseline: Timing, candidate: Timing, band: TieBand) -> Verdict:
             "call: the rule needs interleaved rounds, so time them together"
         )
     ratio, low, high = speedup(baseline, candidate)
-    # Any side whose median is less certain than the band widens it, flagged or not; the
-    # claim is noisy when that happened (its label then says something about the verdict).
-    width = max(band.width, noise_reach(baseline), noise_reach(candidate))
+    # One threshold: a noisy side (`Timing.noisy`: its median's own interval reaches more
+    # than 10% from it) widens the band to that reach where the reach exceeds the band.
+    noisy_sides = [t for t in (baseline, candidate) if t.noisy]
+    width = max([band.width, *(noise_reach(t) for t in noisy_sides)])
     widened_by = BY_NOISE if width > band.width else ""
-    noisy_sides = [t for t in (baseline, candidate) if noise_reach(t) > band.width]
     verdict = classify(ratio, low, high, band, TieBand(width))
     return Verdict(baseline.label, candidate.label, ratio, low, high, bool(noisy_sides),
                    baseline.n, verdict, band.width, width, widened_by)
