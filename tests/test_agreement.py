@@ -167,3 +167,28 @@ def test_a_pair_another_build_asked_the_other_way_round_is_found_and_turned(tmp_
     mine.update(baseline="torch.compile", candidate="jax.jit")
     found = read([mine], [epyc]).loc[mine["claim_id"]]
     assert found[["agreed", "machines"]].tolist() == [True, 2]
+
+
+def test_the_guide_gives_advice_only_where_every_machine_agrees(tmp_path):
+    """The intro's and the guide's column: a verdict every machine reached is advice; one
+    the CPUs disagree on favours no side and names each machine's by the side it favours;
+    builds of one CPU that disagree say so; a claim no other build made is marked."""
+    from deepdive.book import evidence
+
+    epyc = bundle(tmp_path, made(EPYC, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=TIE), EPYC)
+    xeon = bundle(tmp_path, made(XEON, grads_jit_vs_compile=TIE), XEON, date="2026-11-27",
+                  build_id="20261127T100000Z-a")
+    current = pd.DataFrame(made(XEON, dot_jit_vs_compile=FASTER, dot_jit_vs_vmap=FASTER,
+                                grads_jit_vs_compile=FASTER, dot_vmap_vs_batched=FASTER),
+                           columns=claims.COLUMNS)
+    ids = [DOT_COMPILE, DOT_VMAP, GRADS_COMPILE, DOT_BATCHED]
+    table = pd.DataFrame({"if you need": evidence.EVIDENCE[0].need, "chapter": "01_vmap",
+                          "claim": ids, "favours": "JAX"})
+    found = evidence.across_machines(table, current, [epyc, xeon],
+                                     lambda chapter, claim_id: (chapter, claim_id))
+    across, favours = (found.set_index("claim")[c] for c in (evidence.ACROSS, "favours"))
+    assert (across[DOT_COMPILE], favours[DOT_COMPILE]) == (f"same on {2} machines", "JAX")
+    assert across[DOT_VMAP] == f"{evidence.DEPENDS}: {XEON_NAME}: JAX; {EPYC_NAME}: tie"
+    assert favours[DOT_VMAP] == evidence.DEPENDS  # no side to favour: no advice
+    assert across[GRADS_COMPILE].startswith(evidence.REBUILDS_DIFFER)
+    assert across[DOT_BATCHED] == evidence.HERE_ONLY

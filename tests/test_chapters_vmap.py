@@ -212,9 +212,11 @@ def test_the_page_makes_every_claim_the_committed_build_made_between_variants_it
     with BUILD_CLAIMS.open() as saved:
         committed = {row["claim_id"] for row in csv.DictReader(saved)
                      if row["chapter"] == "01_vmap"}
-    # every claim the committed build made, and each framework's fastest against the other's
-    assert set(recorder.seen) == committed
+    # every claim the committed build made: each framework's fastest against the other's,
+    # and the named pairs (a pair the fastest already made is saved once, as an alias)
     assert recorder.best == {f"{w}_best_jax_vs_torch" for w in ("dot", "attention", "grads")}
+    assert committed - recorder.best <= set(recorder.seen)
+    assert recorder.best <= committed
     timed = set(TORCH_LABELS + JAX_LABELS + grad_variant_labels())
     assert {label for seen in recorder.seen.values() for label in seen[:2]} <= timed
 

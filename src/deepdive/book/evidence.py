@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["ACROSS", "CHAPTERS", "COLUMNS", "DEPENDS", "EVIDENCE", "EVIDENCE_FILES",
+__all__ = ["ACROSS", "CHAPTERS", "COLUMNS", "DEPENDS", "EVIDENCE", "EVIDENCE_FILES", "HERE_ONLY",
            "FRAMEWORK_NAMES", "MISSING", "NOT_MEASURED", "ONE_WAY", "PADDING_ALLOWANCE",
            "PUBLISHED", "FromClaim", "Moves", "ShardedMemory", "across_machines", "data_dir",
            "evidence_dir", "evidence_table", "fetch", "follow_moves", "is_gpu", "largest_model",
@@ -271,8 +271,9 @@ def across_machines(table: pd.DataFrame, claims: pd.DataFrame | None, folders,
         seen = found.loc[key]
         n = int(seen["machines"])
         each = _by_winner(seen["verdicts"], sides.get(row["if you need"], {}))
-        table.at[i, ACROSS] = (f"{REBUILDS_DIFFER}: {each}" if n == 1 and not bool(
-                                   seen["agreed"]) and "[" in each else
+        # builds on one CPU that disagree (each named by its bundle) say nothing of the CPU
+        table.at[i, ACROSS] = (f"{REBUILDS_DIFFER}: {each}" if not bool(seen["agreed"])
+                               and "[" in each else
                                HERE_ONLY if n == 1 else
                                f"same on {n} machines" if bool(seen["agreed"]) else
                                f"{NO_VERDICT_HERE}: {each}" if row["favours"] == "no verdict"
