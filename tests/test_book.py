@@ -1,5 +1,6 @@
 """The built site: every page in _toc.yml exists, chapters show their figures and tables,
-no output carries an error, launch buttons name the paired notebook, pairs are in sync.
+no output carries an error, launch buttons open each chapter's Colab edition, which reads
+without MyST, pairs are in sync.
 
 `make test` builds the book first. Run alone, these tests skip when there is no build,
 except under CI (CI=true), where a missing build is a failure.
@@ -11,17 +12,25 @@ import re
 from pathlib import Path
 
 import jupytext
+import nbformat
+import pandas as pd
 import pytest
 import yaml
 from bs4 import BeautifulSoup
 
-from deepdive.book import plans
+from deepdive.book import editions, plans
+from deepdive.book.claims import verdict_phrase
 
 # What chapter 7 says when it found every measuring page's results (its glued list is empty).
 ALL_FOUND = "Chapters whose results this page could not find: none."
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
+EDITIONS = ROOT / "_build" / "editions"
+BASE_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["html"]["baseurl"]
+LAUNCHERS = ("https://colab.research.google.com/", "https://mybinder.org/")
+EDITIONS_BRANCH = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"][
+    "deepdive_editions_branch"]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
 # What each chapter must show at least (the issues: vmap 3 figures, jit/XLA 4, compile 4,
 # ViT training 4, distributed 2; compile keeps 1, its GPT figures moved with the benchmark).
@@ -270,16 +279,55 @@ def test_vit_summary_gives_intervals_and_the_parity_check_passed():
 
 
 @pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
-def test_launch_and_download_buttons_point_at_the_paired_notebook(chapter):
+def test_launch_and_download_buttons_open_the_colab_edition(chapter):
     soup = page(f"notebooks/{chapter}")
     links = [a.get("href", "") for a in soup.find_all("a")]
-    expected = f"notebooks/{chapter}.ipynb"
+    edition = f"notebooks/{chapter}.ipynb"
     colab = [h for h in links if h.startswith("https://colab.research.google.com/")]
     binder = [h for h in links if h.startswith("https://mybinder.org/")]
-    download = [h for h in links if h.endswith(f"_sources/notebooks/{chapter}.ipynb")]
-    assert colab and all(h.endswith(expected) for h in colab), colab
-    assert binder and all(h.endswith(expected) for h in binder), binder
-    assert download and (HTML / "_sources" / "notebooks" / f"{chapter}.ipynb").is_file()
+    download = [h for h in links if h.endswith(f"_sources/{edition}")]
+    assert colab and all(h.endswith(f"/blob/{EDITIONS_BRANCH}/{edition}") for h in colab), colab
+    binder_path = f"/{EDITIONS_BRANCH}?urlpath=lab/tree/{edition}"
+    assert binder and all(binder_path in h for h in binder), binder
+    assert download and not [h for h in links if h.endswith(f"_sources/notebooks/{chapter}.md")]
+    # What the download button serves is the edition the build wrote, not the paired notebook.
+    assert (HTML / "_sources" / edition).read_text() == (EDITIONS / edition).read_text()
+
+
+def test_only_chapter_pages_have_launch_buttons():
+    """The other executed pages have no edition, and Colab cannot open their MyST source."""
+    others = [doc for doc in toc_files() if not doc.startswith("notebooks/")]
+    launching = {doc: [a["href"] for a in page(doc).find_all("a", href=True)
+                       if a["href"].startswith(LAUNCHERS)] for doc in others}
+    assert others and not {doc: links for doc, links in launching.items() if links}
+
+
+@pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
+def test_every_colab_edition_reads_without_myst_or_site_only_cells(chapter):
+    edition = nbformat.read(EDITIONS / "notebooks" / f"{chapter}.ipynb", as_version=4)
+    markdown = [c.source for c in edition.cells if c.cell_type == "markdown"]
+    left = {i: editions.raw_myst(text) for i, text in enumerate(markdown)}
+    assert not {i: found for i, found in left.items() if found}
+    assert not [c.source[:80] for c in edition.cells if editions.site_only(c)]
+    set_up = [c for c in edition.cells if editions.COLAB_BLOCK in c.source]
+    assert len(set_up) == 1 and set_up[0].source.startswith(f"# @title {editions.SET_UP_TITLE}")
+    assert set_up[0].metadata["cellView"] == "form"
+    # The line under the title names this build and its machine, as the page's stamp does.
+    stamp = pd.read_csv(ROOT / "_build" / "results" / "provenance.csv").set_index("chapter")
+    row = stamp.loc[chapter]
+    note = editions.EDITION_NOTE.format(url=f"{BASE_URL}notebooks/{chapter}.html",
+                                        build_id=row["build_id"], device=row["device"],
+                                        date=row["executed_at"][:10])
+    assert markdown[0].startswith("# ") and note in markdown[0]
+
+
+def test_chapter_4s_edition_gives_its_summary_with_this_builds_numbers():
+    edition = nbformat.read(EDITIONS / "notebooks" / "04_gpt_training.ipynb", as_version=4)
+    text = "\n".join(c.source for c in edition.cells if c.cell_type == "markdown")
+    summary = text[text.index("## Summary"):]
+    claims = pd.read_csv(CLAIMS_FILE)
+    best = claims[claims["claim_id"] == "char_fp32_jax_vs_torch"].iloc[0]
+    assert verdict_phrase(best) in summary
 
 
 @pytest.mark.parametrize("md", NOTEBOOKS, ids=lambda p: p.name)
