@@ -315,10 +315,22 @@ def test_every_colab_edition_reads_without_myst_or_site_only_cells(chapter):
     # The line under the title names this build and its machine, as the page's stamp does.
     stamp = pd.read_csv(ROOT / "_build" / "results" / "provenance.csv").set_index("chapter")
     row = stamp.loc[chapter]
-    note = editions.EDITION_NOTE.format(url=f"{BASE_URL}notebooks/{chapter}.html",
-                                        build_id=row["build_id"], device=row["device"],
-                                        date=row["executed_at"][:10])
-    assert markdown[0].startswith("# ") and note in markdown[0]
+    timed = "median" in set(pd.read_csv(ROOT / "_build" / "results" / f"{chapter}.csv")["metric"])
+    build = editions.Build(row["build_id"], row["device"], row["executed_at"][:10], row["scale"],
+                           measures=timed)
+    assert markdown[0].startswith("# ") and build.note(f"{BASE_URL}notebooks/{chapter}.html") in (
+        markdown[0])
+
+
+@pytest.mark.parametrize("chapter", [nb.stem for nb in NOTEBOOKS])
+def test_every_colab_edition_carries_the_outputs_its_page_shows(chapter):
+    """A chapter reads before anything runs: each cell with output on the page has it in the
+    edition too (myst-nb's executed notebook of a cached page has none; the cache does)."""
+    shown = sum(1 for cell in page(f"notebooks/{chapter}").select("div.cell")
+                if cell.select_one("div.cell_output"))
+    edition = nbformat.read(EDITIONS / "notebooks" / f"{chapter}.ipynb", as_version=4)
+    carried = sum(bool(c.outputs) for c in edition.cells if c.cell_type == "code")
+    assert shown and carried == shown
 
 
 def test_chapter_4s_edition_gives_its_summary_with_this_builds_numbers():

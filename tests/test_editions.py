@@ -12,8 +12,8 @@ SITE = editions.Site(
             "verdict-rule": ("book/methodology", "verdict-rule", "The verdict rule")},
     numbers={"ch-jit": "2"},
     titles={"book/ledger": "The ledger", "notebooks/01_vmap": "vmap"},
-    citations={"torch-func": ("torch.func", "https://pytorch.org/docs/stable/func.html")})
-BUILD = editions.Build("20261128T000000Z-abc", "a test CPU", "2026-11-28")
+    citations={"torch-func": ("3", f"{BASE}book/references.html#id7")})
+BUILD = editions.Build("20261128T000000Z-abc", "a test CPU", "2026-11-28", "small")
 GLUED = {"speedup": {"data": {"text/plain": "1.23456"}},
          "device": {"data": {"text/plain": "'a test CPU'"}},
          "found": {"data": {"text/plain": "<Markdown>",
@@ -44,10 +44,10 @@ def test_references_become_links_to_the_published_site():
     assert out == linked
 
 
-def test_citations_become_links_to_their_source():
-    title, url = SITE.citations["torch-func"]
+def test_citations_read_as_the_site_numbers_them_linked_to_the_bibliography_entry():
+    label, url = SITE.citations["torch-func"]
     myst = "`vmap` {cite}`torch-func`"
-    assert convert(myst) == f"`vmap` ([{title}]({url}))"
+    assert convert(myst) == f"`vmap` [[{label}]({url})]"
 
 
 def test_labels_are_dropped_and_admonitions_become_block_quotes_of_their_glued_markdown():
@@ -111,14 +111,13 @@ def test_site_only_cells_are_left_out_and_the_set_up_cell_stays_first_folded():
     sources = [c.source for c in ed.cells if c.cell_type == "code"]
     assert sources[0].startswith(f"# @title {editions.SET_UP_TITLE}\nimport sys")
     assert ed.cells[1].metadata["cellView"] == "form"
-    kept = ["x = torch.ones(3)\nprint(x)", "print(x.sum())"]
+    kept = ["x = torch.ones(3)\nprint(x)", f"# @title {editions.FOLDED_TITLE}\nprint(x.sum())"]
     assert sources[1:] == kept
     assert ed.cells[-1].metadata["jupyter"]["source_hidden"]
     assert not any(editions.site_only(c) for c in ed.cells)
     first = ed.cells[0].source.splitlines()
-    note = editions.EDITION_NOTE.format(url=SITE.page(DOC), build_id=BUILD.build_id,
-                                        device=BUILD.device, date=BUILD.date)
-    assert first[0] == "# vmap" and first[2] == note
+    assert first[0] == "# vmap" and first[2] == BUILD.note(SITE.page(DOC))
+    assert BUILD.build_id in first[2] and BUILD.device in first[2]
     assert "jupytext" not in ed.metadata
 
 
@@ -133,9 +132,58 @@ def test_a_kept_cell_that_needs_a_dropped_cells_name_stops_the_edition():
     assert editions.needs_only_dropped(loops) == {}
 
 
-def test_references_read_the_bibliography_urls():
-    bib = ("@misc{a, title = {{JAX}: composable}, howpublished = {\\url{https://jax.dev}}}\n"
-           "@misc{b, title = {Slides}, howpublished = {Talk}}\n")
-    page = f"{BASE}references.html"
-    read = {"a": ("JAX: composable", "https://jax.dev"), "b": ("Slides", page)}
-    assert editions.references(bib, page) == read
+def test_a_cell_that_fails_on_purpose_prints_its_error_and_lets_the_rest_run():
+    failing = code("x = 1\nassert x == 2, 'on purpose'", ["raises-exception"])
+    failing.outputs = [nbformat.v4.new_output("error", ename="AssertionError",
+                                              evalue="on purpose", traceback=[])]
+    nb = chapter(nbformat.v4.new_markdown_cell("# t"), failing, code("print(x)"))
+    wrapped = editions.edition(nb, GLUED, DOC, SITE, BUILD).cells[1]
+    assert wrapped.source.startswith("try:\n    x = 1\n") and editions.FAILS_ON_PURPOSE not in (
+        wrapped.metadata.get("tags", []))
+    printed = []
+    exec(wrapped.source, {"print": lambda *parts, sep=" ": printed.append(sep.join(parts))})
+    shown = "AssertionError:\n  on purpose"  # the type, then the message's first lines
+    assert printed == [shown]
+    assert wrapped.outputs[0].text == printed[0] + "\n"  # the build's error, as a run prints it
+    assert [o.output_type for o in wrapped.outputs] == ["stream"]
+
+
+def test_collapsed_cells_fold_under_their_opening_comment_and_glue_outputs_are_dropped():
+    plot = code("# Figure: the sweep\nplt.plot([1, 2])", ["hide-input"])
+    plot.outputs = [nbformat.v4.new_output("display_data", data={"text/plain": "fig"}),
+                    nbformat.v4.new_output("display_data", data={"text/plain": "1"},
+                                           metadata={"scrapbook": {"name": "x"}})]
+    nb = chapter(nbformat.v4.new_markdown_cell("# t"), code("import matplotlib"), plot,
+                 code("print(2)", ["hide-cell"]))
+    cells = editions.edition(nb, GLUED, DOC, SITE, BUILD).cells
+    titles = [c.source.splitlines()[0] for c in cells[2:]]
+    assert titles == ["# @title Figure: the sweep", f"# @title {editions.FOLDED_TITLE}"]
+    assert all(c.metadata["cellView"] == "form" for c in cells[2:])
+    assert len(cells[2].outputs) == 1  # the figure, not the glued value
+
+
+def test_a_role_quoted_in_a_code_span_stays_and_the_real_one_is_written():
+    myst = "Write `{glue:text}`speedup`` in MyST; here: {glue:text}`speedup:.1f`x."
+    written = "Write `{glue:text}`speedup`` in MyST; here: 1.2x."
+    assert convert(myst) == written
+
+
+def test_a_removed_cell_that_checks_or_cleans_up_is_kept_folded_and_one_reading_claims_stops():
+    check = code("glue('n', 3)\nassert n == 3", ["remove-cell"])
+    close = code("records.save()\nWORKER.close()", ["remove-cell"])
+    nb = chapter(nbformat.v4.new_markdown_cell("# t"), code("n, records, WORKER = 3, 0, 0"),
+                 check, close, code("glue('m', n)", ["remove-cell"]))
+    cells = editions.edition(nb, GLUED, DOC, SITE, BUILD).cells
+    titles = [c.source.splitlines()[0] for c in cells[2:]]
+    assert titles == [f"# @title {editions.CHECKS_TITLE}"] * 2
+    assert all("remove-cell" not in c.metadata.get("tags", []) for c in cells)
+    reads = chapter(nbformat.v4.new_markdown_cell("# t"), code("x = load_claims('01_vmap')"))
+    with pytest.raises(ValueError, match="claims.csv"):
+        editions.edition(reads, GLUED, DOC, SITE, BUILD)
+
+
+def test_the_choosing_chapters_note_says_it_times_nothing():
+    reading = editions.Build("id", BUILD.device, "2026-11-28", "small", measures=False)
+    assert reading.note("u") == editions.READING_NOTE.format(
+        url="u", build_id="id", device=BUILD.device, scale="small", date="2026-11-28")
+    assert reading.note("u") != BUILD.note("u")

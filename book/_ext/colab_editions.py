@@ -34,20 +34,46 @@ def _site(app) -> editions.Site:
                                                 else None)
         if number:
             numbers[name] = ".".join(map(str, number))
-    bib = Path(app.srcdir) / "book" / "references.bib"
     base = app.config.html_baseurl
     site = editions.Site(base, labels, numbers, titles, {})
-    return editions.Site(base, labels, numbers, titles,
-                         editions.references(bib.read_text(), site.page("book/references")))
+    # Each bibliography entry as the site numbers it (sphinxcontrib-bibtex's labels), linked
+    # to its entry on the site's bibliography page.
+    cited = {c.key: (c.formatted_entry.label,
+                     site.page(c.bibliography_key.docname, c.citation_id))
+             for c in env.get_domain("cite").citations}
+    return editions.Site(base, labels, numbers, titles, cited)
+
+
+def _executed(app, doc: str):
+    """The chapter as this build executed it, outputs included. myst-nb writes the executed
+    notebook of a page it ran; for a page whose code it found in the execution cache, the
+    outputs are in that cache (jupyter-cache), merged into the notebook as myst-nb does."""
+    from jupyter_cache import get_cache
+
+    notebook = nbformat.read(Path(app.outdir).parent / "jupyter_execute" / f"{doc}.ipynb",
+                             as_version=4)
+    if any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"):
+        return notebook
+    cache = Path(app.env.mystnb_config.execution_cache_path)  # myst-nb resolves it at start
+    try:
+        # The cell metadata (tags) stays the source's: the cache's may be older.
+        return get_cache(cache).merge_match_into_notebook(notebook, cell_meta=())[1]
+    except KeyError as missing:
+        raise RuntimeError(f"{doc}: its executed notebook has no outputs and the execution "
+                           f"cache {cache} holds no run of its code") from missing
 
 
 def _build_of(chapter: str) -> editions.Build:
+    """The build behind a chapter's page (its provenance stamp), and whether the page timed
+    anything (its results hold medians) or only read the other chapters' evidence."""
     stamps = pd.read_csv(results_dir() / "provenance.csv").set_index("chapter")
     if chapter not in stamps.index:
         raise KeyError(f"no provenance stamp for {chapter} in {results_dir()}: the page did "
                        "not run in this build's results folder")
     row = stamps.loc[chapter]
-    return editions.Build(row["build_id"], row["device"], row["executed_at"][:10])
+    results = pd.read_csv(results_dir() / f"{chapter}.csv")
+    return editions.Build(row["build_id"], row["device"], row["executed_at"][:10],
+                          row["scale"], measures="median" in set(results["metric"]))
 
 
 def write_editions(app, exception):
@@ -57,7 +83,7 @@ def write_editions(app, exception):
     executed, target = out.parent / "jupyter_execute", out.parent / "editions"
     site = _site(app)
     for doc in sorted(d for d in app.env.found_docs if d.startswith(CHAPTERS)):
-        notebook = nbformat.read(executed / f"{doc}.ipynb", as_version=4)
+        notebook = _executed(app, doc)
         glue_file = executed / f"{doc}.glue.json"
         glued = json.loads(glue_file.read_text()) if glue_file.exists() else {}
         chapter = Path(doc).name

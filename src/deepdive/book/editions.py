@@ -9,46 +9,68 @@ chapter pages' launch and download buttons open them):
 - MyST is parsed with MyST's own parser (`myst_parser`'s markdown-it set-up), and each
   construct it finds is written as Markdown: glued values as this build's text (myst-nb's
   glue data, formatted by myst-nb's own function), references as links to the published
-  site, citations as links to their source, admonitions as block quotes, labels dropped;
-  glued figures as images and glued tables as HTML.
+  site, citations as the site numbers them ("[12]"), linked to the site's bibliography entry,
+  admonitions as block quotes, labels dropped; glued figures as images and glued tables as
+  HTML.
 - Cells that exist only for the site (tagged `remove-cell`: glue, claims and records
   bookkeeping) are left out; the book checks no kept cell needs a name only they define.
 - The set-up cell (the one with the Colab block) keeps its place, before anything imports
-  the book, folded to its title in Colab and Jupyter.
+  the book. It, and every cell the site collapses, is folded in Colab (its form view, under
+  a `# @title`) and in Jupyter (`source_hidden`); outputs stay in view.
+- A cell that fails on purpose (tagged `raises-exception`, which Colab ignores) runs inside
+  a `try` that prints the error, so "Run all" goes on past it; the parser checks the wrapped
+  statements are the cell's own, unchanged.
 - One line under the title names the build, its machine and its date, and says that running
   the cells measures the reader's machine.
 - Kept cells keep this build's outputs, so the chapter reads before anything runs.
 
-The parsers (myst_parser, myst_nb, pybtex) are the build's, not the runtime's: only the build
+The parsers (myst_parser, myst_nb) are the build's, not the runtime's: only the build
 and the tests import this module.
 """
 
 from __future__ import annotations
 
 import ast
-import base64
 import builtins
 import copy
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["COLAB_BLOCK", "EDITION_NOTE", "GLUE_CALLS", "RAW_MYST", "SET_UP_TITLE", "Build",
-           "Site", "edition", "image_bytes", "markdown", "needs_only_dropped", "raw_myst",
-           "references", "site_only"]
+__all__ = ["CHECKS_TITLE", "COLAB_BLOCK", "EDITION_NOTE", "EXPECTED_ERROR", "FAILS_ON_PURPOSE",
+           "FOLDED_TITLE", "GLUE_CALLS", "RAW_MYST", "READING_NOTE", "READS_SAVED", "RELEASES",
+           "SET_UP_TITLE", "Build", "Site", "checks_or_cleans_up", "edition", "markdown",
+           "needs_only_dropped", "raw_myst", "site_only"]
 
 # What marks a cell as the site's own: the tag that hides it from the site's readers too.
 SITE_ONLY_TAG = "remove-cell"
 # Calls that only feed the site's prose (deepdive.book.results and claims): a cell of
 # nothing else is site-only whatever its tags.
 GLUE_CALLS = frozenset({"glue", "glue_claims", "glue_noise", "cite"})
+# What a site-only cell may call that a reader's run still needs: releasing a worker or a folder.
+RELEASES = frozenset({"close", "rmtree"})
+CHECKS_TITLE = "Checks the text relies on, and clean-up (the site runs them unseen)"
+# A kept cell must not read what only a dropped cell saves: this chapter's claims.csv rows.
+READS_SAVED = frozenset({"load_claims"})
 # The set-up cell is the one that opens with the book's Colab block (tests/test_notebooks.py).
 COLAB_BLOCK = 'if "google.colab" in sys.modules:'
 SET_UP_TITLE = "Set-up: in Colab, fetches the book and adds what Colab lacks (run this first)"
+FOLDED_TITLE = "Code folded, as on the site (double-click to open)"
+FAILS_ON_PURPOSE = "raises-exception"
+# The error's type and its message's first lines, as the site shows a cell that fails on purpose.
+EXPECTED_ERROR = ("except Exception as error:  # fails on purpose: the error is the point\n"
+                  "    print(f\"{type(error).__name__}:\", *str(error).splitlines()[:4], "
+                  "sep=\"\\n  \")")
 EDITION_NOTE = ("*Colab edition of [this chapter]({url}) of PyTorch vs JAX, Deep Dives. Its "
-                "text, numbers and outputs come from build `{build_id}` on {device}, "
-                "{date}; running the cells measures your own machine, and their outputs "
-                "replace the build's.*")
+                "text, numbers and outputs come from build `{build_id}` on {device}, at "
+                "{scale} scale, {date}; running the cells measures your own machine (at the "
+                "scale its set-up cell picks), and their outputs replace the build's.*")
+# The choosing chapter times nothing: it reads the evidence the measuring chapters saved.
+READING_NOTE = ("*Colab edition of [this chapter]({url}) of PyTorch vs JAX, Deep Dives. Its "
+                "text, numbers and outputs come from build `{build_id}` on {device}, at "
+                "{scale} scale, {date}, read from the evidence the measuring chapters saved. "
+                "It times nothing itself: run here, it reads the evidence its first cells "
+                "say how to point it at, and its outputs replace the build's.*")
 # What a reader must never meet in an edition's Markdown: the tests look for each.
 RAW_MYST = ("{glue", "{ref}", "{cite}", "{numref}", "{doc}", ":::", "```{")
 _SECTION_FORMAT = "Section %s"  # Sphinx's default text of a section's {numref}
@@ -62,7 +84,7 @@ class Site:
     labels: Mapping[str, tuple[str, str, str]]  # label -> (docname, anchor, title)
     numbers: Mapping[str, str]  # label -> its number as the site shows it ("2", "2.1")
     titles: Mapping[str, str]  # docname -> page title
-    citations: Mapping[str, tuple[str, str]]  # bibliography key -> (title, url)
+    citations: Mapping[str, tuple[str, str]]  # bibliography key -> (label, url), e.g. "12"
 
     def page(self, docname: str, anchor: str = "") -> str:
         return f"{self.base_url.rstrip('/')}/{docname}.html" + (f"#{anchor}" if anchor else "")
@@ -75,24 +97,14 @@ class Build:
     build_id: str
     device: str
     date: str
+    scale: str
+    measures: bool = True  # False: the chapter reads other chapters' evidence, timing nothing
 
-
-def references(bib_text: str, references_page: str) -> dict[str, tuple[str, str]]:
-    """{key: (title, url)} of a BibTeX file: the url its `\\url{}` names, else the site's
-    references page."""
-    from pybtex.database import parse_string
-
-    cited = {}
-    for key, entry in parse_string(bib_text, "bibtex").entries.items():
-        title = entry.fields.get("title", key).replace("{", "").replace("}", "")
-        url = entry.fields.get("url", "")
-        published = entry.fields.get("howpublished", "")
-        if not url and "\\url{" in published:
-            url = published.partition("\\url{")[2].partition("}")[0]
-        if not url and "doi" in entry.fields:
-            url = f"https://doi.org/{entry.fields['doi']}"
-        cited[key] = (title, url or references_page)
-    return cited
+    def note(self, url: str) -> str:
+        """The line under an edition's title."""
+        return (EDITION_NOTE if self.measures else READING_NOTE).format(
+            url=url, build_id=self.build_id, device=self.device, scale=self.scale,
+            date=self.date)
 
 
 def _parser():
@@ -157,9 +169,9 @@ def _role(name: str, content: str, glued: Mapping, docname: str, site: Site) -> 
         for key in (k.strip() for k in content.split(",")):
             if key not in site.citations:
                 raise KeyError(f"{docname}: {{cite}} names {key!r}, not in the bibliography")
-            title, url = site.citations[key]
-            links.append(f"[{title}]({url})")
-        return f"({'; '.join(links)})"
+            label, url = site.citations[key]
+            links.append(f"[{label}]({url})")
+        return f"[{', '.join(links)}]"  # as the site shows it: [12], or [3, 7]
     raise ValueError(f"{docname}: the edition has no Markdown for the role {{{name}}}; "
                      "known: glue:text, ref, numref, doc, cite")
 
@@ -233,7 +245,7 @@ def markdown(text: str, glued: Mapping, docname: str, site: Site) -> str:
     """MyST `text` of page `docname` as Markdown that Colab and Jupyter render."""
     tokens = _parser().parse(text)
     lines = text.splitlines()
-    blocks = {}  # first line -> (last line, replacement) of each directive or label
+    blocks = {}  # first line -> (end line, replacement) of each directive, label or paragraph
     for token in tokens:
         if token.level != 0 or token.map is None:
             continue
@@ -244,6 +256,11 @@ def markdown(text: str, glued: Mapping, docname: str, site: Site) -> str:
             name, _, argument = token.info[1:].partition("}")
             blocks[start] = (end, _directive(name, argument.strip(), token.content, glued,
                                              docname, site))
+    for token in tokens:  # roles, each within its own block's lines
+        if token.type == "inline" and token.map and _roles_in([token]):
+            start, end = token.map
+            blocks[start] = (end, _with_roles("\n".join(lines[start:end]), token.children,
+                                              glued, docname, site))
     kept, index = [], 0
     while index < len(lines):
         if index in blocks:
@@ -254,11 +271,27 @@ def markdown(text: str, glued: Mapping, docname: str, site: Site) -> str:
         else:
             kept.append(lines[index])
             index += 1
-    out = "\n".join(kept)
-    for role in _roles_in(tokens):
-        raw = f"{{{role.meta['name']}}}`{role.content}`"
-        out = out.replace(raw, _role(role.meta["name"], role.content, glued, docname, site), 1)
-    return out.strip("\n")
+    return "\n".join(kept).strip("\n")
+
+
+def _with_roles(block: str, children, glued: Mapping, docname: str, site: Site) -> str:
+    """A block's source with its roles written as Markdown, in order: each found after the
+    one before it and after any code span before it, so a role's text quoted in code stays."""
+    cursor = 0
+    for child in children:
+        if child.type == "code_inline":
+            found = block.find(f"{child.markup}{child.content}{child.markup}", cursor)
+            cursor = cursor if found < 0 else found + len(child.content) + 2 * len(child.markup)
+        elif child.type == "myst_role":
+            raw = f"{{{child.meta['name']}}}`{child.content}`"
+            found = block.find(raw, cursor)
+            if found < 0:
+                raise ValueError(f"{docname}: the parser's role {raw} is not in its block's "
+                                 f"source:\n{block}")
+            written = _role(child.meta["name"], child.content, glued, docname, site)
+            block = block[:found] + written + block[found + len(raw):]
+            cursor = found + len(written)
+    return block
 
 
 def raw_myst(text: str) -> list[str]:
@@ -288,15 +321,37 @@ def _top_level_calls(source: str) -> list[str] | None:
     return called
 
 
+def checks_or_cleans_up(source: str) -> bool:
+    """Whether a cell asserts something the text relies on, or releases what the chapter
+    started (a worker's `.close()`, a folder's `rmtree`): a reader's run needs both."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.Assert) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr in RELEASES) for node in ast.walk(tree))
+
+
 def site_only(cell) -> bool:
-    """Whether a code cell exists only for the site: tagged `remove-cell`, or nothing but
-    calls that glue values for its prose."""
+    """Whether a code cell exists only for the site: tagged `remove-cell` and neither
+    checking nor cleaning up, or nothing but calls that glue values for its prose."""
     if cell.get("cell_type") != "code":
         return False
     if SITE_ONLY_TAG in cell.get("metadata", {}).get("tags", []):
-        return True
+        return not checks_or_cleans_up(cell["source"])
     called = _top_level_calls(cell["source"])
     return bool(called) and set(called) <= GLUE_CALLS
+
+
+def _called(source: str) -> list[str]:
+    """The plain names a cell calls anywhere."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)]
 
 
 def _names(source: str) -> tuple[set[str], set[str]]:
@@ -335,12 +390,38 @@ def needs_only_dropped(cells) -> dict[int, set[str]]:
     return needs
 
 
-def _fold(cell, title: str | None = None):
-    """Hide a cell's code (Jupyter's `source_hidden`; Colab's form view, under a title)."""
+def _fold(cell, title: str) -> None:
+    """Hide a cell's code, not its output: Jupyter's `source_hidden`, and Colab's form view,
+    which shows the `# @title` line in its place."""
     cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
-    if title:
-        cell.source = f"# @title {title}\n{cell.source}"
-        cell.metadata["cellView"] = "form"
+    cell.source = f"# @title {title}\n{cell.source}"
+    cell.metadata["cellView"] = "form"
+
+
+def _folded_title(source: str) -> str:
+    """A folded cell's title: its opening comment, where it has one."""
+    first = source.lstrip().splitlines()[0] if source.strip() else ""
+    return first.lstrip("#").strip() if first.startswith("#") else FOLDED_TITLE
+
+
+def _wrapped(source: str) -> str:
+    """A cell that raises on purpose, as one that prints its error and lets the rest run."""
+    body = "\n".join(f"    {line}" if line.strip() else "" for line in source.splitlines())
+    wrapped = f"try:\n{body}\n{EXPECTED_ERROR}"
+    inner = ast.parse(wrapped).body[0].body
+    if [ast.dump(s) for s in inner] != [ast.dump(s) for s in ast.parse(source).body]:
+        raise ValueError(f"wrapping changed the cell's statements:\n{source}")
+    return wrapped
+
+
+def _printed_error(output):
+    """A saved error output as the text the wrapped cell prints instead."""
+    import nbformat
+
+    if output.get("output_type") != "error":
+        return output
+    lines = "".join(f"\n  {line}" for line in output["evalue"].splitlines()[:4])
+    return nbformat.v4.new_output("stream", name="stdout", text=f"{output['ename']}:{lines}\n")
 
 
 def edition(executed, glued: Mapping, docname: str, site: Site, build: Build):
@@ -351,6 +432,11 @@ def edition(executed, glued: Mapping, docname: str, site: Site, build: Build):
     if needs:
         raise ValueError(f"{docname}: kept cells read names only site-only cells bind, so the "
                          f"edition would fail when run: {needs}")
+    reading = [c.source[:80] for c in executed.cells if c.cell_type == "code"
+               and not site_only(c) and READS_SAVED & set(_called(c.source))]
+    if reading:
+        raise ValueError(f"{docname}: kept cells read claims.csv, which only the site's "
+                         f"bookkeeping saves (read the Claims object instead): {reading}")
     nb = nbformat.v4.new_notebook(metadata=copy.deepcopy(executed.metadata))
     for key in ("jupytext", "source_map"):
         nb.metadata.pop(key, None)
@@ -361,16 +447,26 @@ def edition(executed, glued: Mapping, docname: str, site: Site, build: Build):
             nb.cells.append(nbformat.v4.new_markdown_cell(
                 markdown(cell.source, glued, docname, site)))
         elif cell.cell_type == "code" and not site_only(cell):
-            kept = nbformat.v4.new_code_cell(cell.source, execution_count=cell.execution_count,
-                                             outputs=copy.deepcopy(cell.outputs))
-            tags = cell.metadata.get("tags", [])
+            tags = [t for t in cell.metadata.get("tags", [])
+                    if t not in (FAILS_ON_PURPOSE, SITE_ONLY_TAG)]
+            # Glued values' outputs feed the site's prose and show nothing (Jupyter: "no
+            # renderer"): the edition has the values in its text.
+            outputs = [copy.deepcopy(o) for o in cell.outputs
+                       if "scrapbook" not in o.get("metadata", {})]
+            source = cell.source
+            if FAILS_ON_PURPOSE in cell.metadata.get("tags", []):
+                source, outputs = _wrapped(source), [_printed_error(o) for o in outputs]
+            kept = nbformat.v4.new_code_cell(source, execution_count=cell.execution_count,
+                                             outputs=outputs)
             if set_up and COLAB_BLOCK in cell.source:
                 _fold(kept, SET_UP_TITLE)
                 set_up = False
+            elif SITE_ONLY_TAG in cell.metadata.get("tags", []):  # kept: it checks
+                _fold(kept, CHECKS_TITLE)
             elif "hide-input" in tags or "hide-cell" in tags:
-                _fold(kept)
+                _fold(kept, _folded_title(cell.source))
             if tags:
-                kept.metadata["tags"] = list(tags)
+                kept.metadata["tags"] = tags
             nb.cells.append(kept)
     _add_note(nb, docname, site, build)
     return nb
@@ -378,15 +474,9 @@ def edition(executed, glued: Mapping, docname: str, site: Site, build: Build):
 
 def _add_note(nb, docname: str, site: Site, build: Build) -> None:
     """The line under the title: whose build this is, and what running it does."""
-    note = EDITION_NOTE.format(url=site.page(docname), build_id=build.build_id,
-                               device=build.device, date=build.date)
+    note = build.note(site.page(docname))
     first = next(c for c in nb.cells if c.cell_type == "markdown")
     lines = first.source.splitlines()
     heading = next((i for i, line in enumerate(lines) if line.startswith("# ")), -1)
     lines.insert(heading + 1, f"\n{note}\n")
     first.source = "\n".join(lines)
-
-
-def image_bytes(data_uri: str) -> bytes:
-    """The bytes of a `data:image/png;base64,` image (for tests and sizes)."""
-    return base64.b64decode(data_uri.partition("base64,")[2])

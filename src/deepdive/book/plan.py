@@ -102,6 +102,9 @@ class Target:
     # Whether Inductor compiles bf16 here: on a CPU always (emulated where the CPU has no
     # bf16); on a GPU only with native bf16 (compute capability 8.0 on), else it refuses.
     inductor_bf16: bool = True
+    # Whether the device computes in bf16 (env.bf16_native): where it emulates bf16, no bf16
+    # claim is decided, so the chapters time only what a reader who turns bf16 on would meet.
+    bf16_native: bool = True
 
     def peak(self, dtype: str) -> float:
         return self.peaks.get(dtype) or self.peaks["fp32"]
@@ -141,11 +144,12 @@ def gpu_target(name: str, memory: float, measure_peak=None, measure_bandwidth=No
         sources.insert(0, f"datasheet peaks ({', '.join(sorted(datasheet))})")
     native = "bf16" in datasheet if bf16_native is None else bool(bf16_native)
     return Target(name, "cuda", memory, bandwidth, peaks, "; ".join(sources),
-                  inductor_bf16=native)
+                  inductor_bf16=native, bf16_native=native)
 
 
-def cpu_target(name: str, threads: int, memory: float) -> Target:
-    """A CPU build: `threads` compute threads at the assumed per-thread rates."""
+def cpu_target(name: str, threads: int, memory: float, bf16_native: bool = True) -> Target:
+    """A CPU build: `threads` compute threads at the assumed per-thread rates; `bf16_native`
+    whether the CPU computes in bf16 (AVX512-BF16 or AMX: env.bf16_native)."""
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     noun = "thread" if threads == 1 else "threads"
@@ -153,7 +157,7 @@ def cpu_target(name: str, threads: int, memory: float) -> Target:
     rates = f"{flops_s:.0f} GFLOP/s and {bytes_s:.0f} GB/s"
     return Target(f"{name}, {threads} {noun}", "cpu", memory,
                   CPU_BANDWIDTH_PER_THREAD * threads, {"fp32": CPU_FLOPS_PER_THREAD * threads},
-                  f"assumed {rates} per thread")
+                  f"assumed {rates} per thread", bf16_native=bool(bf16_native))
 
 
 def compile_seconds(kind: str, device: str, layers: int = 0) -> float:
@@ -375,4 +379,4 @@ def host_target(threads: int | None = None) -> Target:
     from deepdive.core import env
 
     return cpu_target(env.cpu_model(), threads or env.compute_threads(),
-                      psutil.virtual_memory().total)
+                      psutil.virtual_memory().total, bf16_native=env.bf16_native("cpu"))
