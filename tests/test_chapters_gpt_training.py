@@ -275,7 +275,7 @@ def test_emulated_bf16_makes_no_bf16_verdicts_and_a_gpu_adds_its_modes():
     assert GPU_ONLY_IDS <= set(l4.claims)
     t4 = plans.gpt_twin_modes(plan.gpu_target("Tesla T4", 15_828_320_256))  # no bf16 arithmetic
     jax_bf16, cuda_graphs_bf16 = ("jax.jit", "bf16"), ("torch.compile cudagraphs", "bf16")
-    assert jax_bf16 not in t4 and cuda_graphs_bf16 in t4
+    assert jax_bf16 not in t4 and cuda_graphs_bf16 not in t4 and ("torch eager", "bf16") in t4
 
 
 class FakeClaim:

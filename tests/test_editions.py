@@ -65,6 +65,8 @@ def test_glued_figures_are_images_with_their_caption_and_tables_are_html_without
                   "```\n\n:::{container}\n:name: tbl-a\n\n```{glue} table\n```\n:::\n")
     image, caption = "![fig](data:image/png;base64,iVBORw0KGgo=)", "Speed-up 1.2x."
     assert image in out and caption in out and "<td>1</td>" in out
+    marks = [editions.BUILDS_OWN.format(what=what) for what in ("figure", "table")]
+    assert all(mark in out for mark in marks)  # the reader's run does not redraw them
     assert "<style" not in out and "\n\n<table" not in out  # one HTML block
     assert editions.raw_myst(out) == []
 
@@ -145,6 +147,13 @@ def test_a_cell_that_fails_on_purpose_prints_its_error_and_lets_the_rest_run():
     shown = "AssertionError:\n  on purpose"  # the type, then the message's first lines
     assert printed == [shown]
     assert wrapped.outputs[0].text == printed[0] + "\n"  # the build's error, as a run prints it
+    # Another error, or none, is a real failure: it still stops the run.
+    for changed, error in (("x = 1\nx.nope", AttributeError), ("x = 2\nassert x == 2",
+                                                                AssertionError)):
+        failing.source = changed
+        rewrapped = editions.edition(nb, GLUED, DOC, SITE, BUILD).cells[1].source
+        with pytest.raises(error):
+            exec(rewrapped, {"print": print})
     assert [o.output_type for o in wrapped.outputs] == ["stream"]
 
 
@@ -154,10 +163,13 @@ def test_collapsed_cells_fold_under_their_opening_comment_and_glue_outputs_are_d
                     nbformat.v4.new_output("display_data", data={"text/plain": "1"},
                                            metadata={"scrapbook": {"name": "x"}})]
     nb = chapter(nbformat.v4.new_markdown_cell("# t"), code("import matplotlib"), plot,
-                 code("print(2)", ["hide-cell"]))
+                 code("print(2)", ["hide-cell"]),
+                 code("def rows(t):\n    return t\nLIMIT, (a, b) = 3, (1, 2)", ["hide-input"]))
     cells = editions.edition(nb, GLUED, DOC, SITE, BUILD).cells
     titles = [c.source.splitlines()[0] for c in cells[2:]]
-    assert titles == ["# @title Figure: the sweep", f"# @title {editions.FOLDED_TITLE}"]
+    assert titles == ["# @title Figure: the sweep", f"# @title {editions.FOLDED_TITLE}",
+                      "# @title Defines rows, LIMIT, a, b"]
+    assert cells[3].metadata["jupyter"]["outputs_hidden"]  # hide-cell: output folded too
     assert all(c.metadata["cellView"] == "form" for c in cells[2:])
     assert len(cells[2].outputs) == 1  # the figure, not the glued value
 
@@ -170,16 +182,24 @@ def test_a_role_quoted_in_a_code_span_stays_and_the_real_one_is_written():
 
 def test_a_removed_cell_that_checks_or_cleans_up_is_kept_folded_and_one_reading_claims_stops():
     check = code("glue('n', 3)\nassert n == 3", ["remove-cell"])
-    close = code("records.save()\nWORKER.close()", ["remove-cell"])
+    check.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "3"})]
+    close = code("WORKER.close()", ["remove-cell"])
+    books = code("records.save()\nassert records", ["remove-cell"])  # checks its own books
     nb = chapter(nbformat.v4.new_markdown_cell("# t"), code("n, records, WORKER = 3, 0, 0"),
-                 check, close, code("glue('m', n)", ["remove-cell"]))
+                 check, close, books, code("glue('m', n)", ["remove-cell"]))
     cells = editions.edition(nb, GLUED, DOC, SITE, BUILD).cells
     titles = [c.source.splitlines()[0] for c in cells[2:]]
     assert titles == [f"# @title {editions.CHECKS_TITLE}"] * 2
+    assert not cells[2].outputs  # the site shows none of a check it runs unseen
     assert all("remove-cell" not in c.metadata.get("tags", []) for c in cells)
-    reads = chapter(nbformat.v4.new_markdown_cell("# t"), code("x = load_claims('01_vmap')"))
-    with pytest.raises(ValueError, match="claims.csv"):
-        editions.edition(reads, GLUED, DOC, SITE, BUILD)
+    for reader in ("x = load_claims('01_vmap')", "x = 1\nglue_claims('01_vmap')"):
+        reads = chapter(nbformat.v4.new_markdown_cell("# t"), code(reader, ["hide-input"]))
+        with pytest.raises(ValueError, match="claims.csv"):
+            editions.edition(reads, GLUED, DOC, SITE, BUILD)
+    # A kept cell that saves the claims first may read them back.
+    saves = code("CLAIMS.save()\nsaved = load_claims('01_vmap')")
+    editions.edition(chapter(nbformat.v4.new_markdown_cell("# t"), code("CLAIMS = 0"), saves),
+                     GLUED, DOC, SITE, BUILD)
 
 
 def test_the_choosing_chapters_note_says_it_times_nothing():

@@ -388,8 +388,7 @@ def test_the_modes_compile_bf16_everywhere_inductor_compiles_it():
                                    "torch.compile aot_eager", "torch.compile",
                                    "torch.compile cudagraphs", "torch.compile reduce-overhead",
                                    "jax.jit"]
-    # no bf16 arithmetic: no Inductor, no JAX; the slides' eager and CUDA-graph rows, emulated
-    assert modes(t4, "bf16") == ["torch eager", "torch eager A/A copy",
-                                 "torch.compile aot_eager", "torch.compile cudagraphs"]
+    # no bf16 arithmetic: emulated, so no verdict; only the plain eager step (no JAX dot)
+    assert modes(t4, "bf16") == ["torch eager"]
     assert {"torch eager A/A copy", "jax.jit", "jax.jit, tokens flattened"} <= set(
         modes(t4, "fp32"))

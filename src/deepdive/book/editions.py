@@ -37,10 +37,11 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["CHECKS_TITLE", "COLAB_BLOCK", "EDITION_NOTE", "EXPECTED_ERROR", "FAILS_ON_PURPOSE",
-           "FOLDED_TITLE", "GLUE_CALLS", "RAW_MYST", "READING_NOTE", "READS_SAVED", "RELEASES",
-           "SET_UP_TITLE", "Build", "Site", "checks_or_cleans_up", "edition", "markdown",
-           "needs_only_dropped", "raw_myst", "site_only"]
+__all__ = ["BOOKKEEPING", "BUILDS_OWN", "CHECKS_TITLE", "COLAB_BLOCK", "EDITION_NOTE",
+           "EXPECTED_ERROR", "EXPECTED_TYPE", "FAILS_ON_PURPOSE", "FOLDED_TITLE", "GLUE_CALLS",
+           "RAW_MYST", "READING_NOTE", "READS_SAVED", "RELEASES", "SET_UP_TITLE", "SHOWN_LINES",
+           "Build", "Site", "checks_or_cleans_up", "edition", "markdown", "needs_only_dropped",
+           "raw_myst", "site_only"]
 
 # What marks a cell as the site's own: the tag that hides it from the site's readers too.
 SITE_ONLY_TAG = "remove-cell"
@@ -50,17 +51,32 @@ GLUE_CALLS = frozenset({"glue", "glue_claims", "glue_noise", "cite"})
 # What a site-only cell may call that a reader's run still needs: releasing a worker or a folder.
 RELEASES = frozenset({"close", "rmtree"})
 CHECKS_TITLE = "Checks the text relies on, and clean-up (the site runs them unseen)"
-# A kept cell must not read what only a dropped cell saves: this chapter's claims.csv rows.
-READS_SAVED = frozenset({"load_claims"})
+# Calls that keep the site's books (besides any `.save()`): a cell making them is site-only.
+BOOKKEEPING = frozenset({"glue_claims", "glue_noise", "cite"})
+# A kept cell must not read what only a dropped cell saves: this chapter's claims.csv rows
+# (unless a kept cell saved them first); glue_claims and cite read them too.
+READS_SAVED = frozenset({"load_claims", "glue_claims", "cite"})
 # The set-up cell is the one that opens with the book's Colab block (tests/test_notebooks.py).
 COLAB_BLOCK = 'if "google.colab" in sys.modules:'
 SET_UP_TITLE = "Set-up: in Colab, fetches the book and adds what Colab lacks (run this first)"
-FOLDED_TITLE = "Code folded, as on the site (double-click to open)"
+FOLDED_TITLE = "Code for the output below (double-click to open)"
+PLOT_HANDLES = frozenset({"fig", "ax", "axes", "_"})  # bound by a figure's code, used by none
 FAILS_ON_PURPOSE = "raises-exception"
+BUILDS_OWN = "*This build's {what}, as the site shows it; running the cells does not redraw it.*"
 # The error's type and its message's first lines, as the site shows a cell that fails on purpose.
+SHOWN_LINES = 4
+_PRINT = ("    _lines = str(error).splitlines()  # underscored: no chapter name is rebound\n"
+          "    _more = [f\"[... {len(_lines) - 4} more lines of the message]\"] "
+          "if len(_lines) > 4 else []\n"
+          "    print(f\"{type(error).__name__}:\", *_lines[:4], *_more, sep=\"\\n  \")")
 EXPECTED_ERROR = ("except Exception as error:  # fails on purpose: the error is the point\n"
-                  "    print(f\"{type(error).__name__}:\", *str(error).splitlines()[:4], "
-                  "sep=\"\\n  \")")
+                  + _PRINT)
+# With the build's error type known: another type, or no error, is a real failure.
+EXPECTED_TYPE = ("except Exception as error:  # fails on purpose: the error is the point\n"
+                 "    if type(error).__name__ != \"{name}\":\n"
+                 "        raise\n" + _PRINT.replace("{", "{{").replace("}", "}}") + "\n"
+                 "else:\n"
+                 "    raise AssertionError(\"this cell should have raised {name}\")")
 EDITION_NOTE = ("*Colab edition of [this chapter]({url}) of PyTorch vs JAX, Deep Dives. Its "
                 "text, numbers and outputs come from build `{build_id}` on {device}, at "
                 "{scale} scale, {date}; running the cells measures your own machine (at the "
@@ -169,9 +185,9 @@ def _role(name: str, content: str, glued: Mapping, docname: str, site: Site) -> 
         for key in (k.strip() for k in content.split(",")):
             if key not in site.citations:
                 raise KeyError(f"{docname}: {{cite}} names {key!r}, not in the bibliography")
-            label, url = site.citations[key]
-            links.append(f"[{label}]({url})")
-        return f"[{', '.join(links)}]"  # as the site shows it: [12], or [3, 7]
+            links.append(site.citations[key])
+        links.sort(key=lambda link: int(link[0]) if link[0].isdigit() else 0)  # as the site
+        return f"[{', '.join(f'[{label}]({url})' for label, url in links)}]"  # [12], [3, 7]
     raise ValueError(f"{docname}: the edition has no Markdown for the role {{{name}}}; "
                      "known: glue:text, ref, numref, doc, cite")
 
@@ -199,11 +215,13 @@ def _html(text: str) -> str:
 
 
 def _paste(data: Mapping, key: str, glued: Mapping, docname: str, site: Site) -> str:
-    """A glued output shown whole: its image, table, Markdown or text."""
+    """A glued output shown whole: its image, table, Markdown or text. An image or table is
+    marked as the build's: it stays in the text when the reader's run redraws the cells."""
     if "image/png" in data:
-        return f"![{key}](data:image/png;base64,{''.join(data['image/png']).strip()})"
+        image = f"![{key}](data:image/png;base64,{''.join(data['image/png']).strip()})"
+        return f"{image}\n\n{BUILDS_OWN.format(what='figure')}"
     if "text/html" in data:
-        return _html("".join(data["text/html"]))
+        return f"{_html(''.join(data['text/html']))}\n\n{BUILDS_OWN.format(what='table')}"
     if "text/markdown" in data:
         return markdown("".join(data["text/markdown"]), glued, docname, site)
     return f"```\n{''.join(data['text/plain'])}\n```"
@@ -256,11 +274,11 @@ def markdown(text: str, glued: Mapping, docname: str, site: Site) -> str:
             name, _, argument = token.info[1:].partition("}")
             blocks[start] = (end, _directive(name, argument.strip(), token.content, glued,
                                              docname, site))
-    for token in tokens:  # roles, each within its own block's lines
-        if token.type == "inline" and token.map and _roles_in([token]):
+    for token in tokens:  # roles, each within its own block's lines (a table row's cells
+        if token.type == "inline" and token.map and _roles_in([token]):  # share a line)
             start, end = token.map
-            blocks[start] = (end, _with_roles("\n".join(lines[start:end]), token.children,
-                                              glued, docname, site))
+            source = blocks[start][1] if start in blocks else "\n".join(lines[start:end])
+            blocks[start] = (end, _with_roles(source, token.children, glued, docname, site))
     kept, index = [], 0
     while index < len(lines):
         if index in blocks:
@@ -323,10 +341,15 @@ def _top_level_calls(source: str) -> list[str] | None:
 
 def checks_or_cleans_up(source: str) -> bool:
     """Whether a cell asserts something the text relies on, or releases what the chapter
-    started (a worker's `.close()`, a folder's `rmtree`): a reader's run needs both."""
+    started (a worker's `.close()`, a folder's `rmtree`), and keeps no books: a reader's run
+    needs the first two. A cell that also saves claims or records, or glues them for the
+    prose, is the site's bookkeeping, and its asserts check that bookkeeping."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
+        return False
+    called = _called(source)
+    if any(c.endswith(".save") or c in BOOKKEEPING for c in called):
         return False
     return any(isinstance(node, ast.Assert) or (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
@@ -345,13 +368,13 @@ def site_only(cell) -> bool:
 
 
 def _called(source: str) -> list[str]:
-    """The plain names a cell calls anywhere."""
+    """What a cell calls anywhere, as written: `load_claims`, `CLAIMS.save`."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    return [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Name)]
+    return [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name | ast.Attribute)]
 
 
 def _names(source: str) -> tuple[set[str], set[str]]:
@@ -399,15 +422,36 @@ def _fold(cell, title: str) -> None:
 
 
 def _folded_title(source: str) -> str:
-    """A folded cell's title: its opening comment, where it has one."""
+    """A folded cell's title, which is all Colab shows of it: its opening comment, else the
+    names it defines (what later cells use), else that it makes the output below."""
     first = source.lstrip().splitlines()[0] if source.strip() else ""
-    return first.lstrip("#").strip() if first.startswith("#") else FOLDED_TITLE
+    if first.startswith("#"):
+        return first.lstrip("#").strip()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return FOLDED_TITLE
+    defined = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.append(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    names = [n for n in dict.fromkeys(defined) if n not in PLOT_HANDLES]
+    if not names:
+        return FOLDED_TITLE
+    return "Defines " + ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
 
 
-def _wrapped(source: str) -> str:
-    """A cell that raises on purpose, as one that prints its error and lets the rest run."""
+def _wrapped(source: str, expected: str | None) -> str:
+    """A cell that raises on purpose, as one that prints its error and lets the rest run; an
+    error of another type than the build's (`expected`), or none, still stops the run."""
     body = "\n".join(f"    {line}" if line.strip() else "" for line in source.splitlines())
-    wrapped = f"try:\n{body}\n{EXPECTED_ERROR}"
+    if expected is None:
+        wrapped = f"try:\n{body}\n{EXPECTED_ERROR}"
+    else:
+        wrapped = f"try:\n{body}\n" + EXPECTED_TYPE.format(name=expected)
     inner = ast.parse(wrapped).body[0].body
     if [ast.dump(s) for s in inner] != [ast.dump(s) for s in ast.parse(source).body]:
         raise ValueError(f"wrapping changed the cell's statements:\n{source}")
@@ -420,7 +464,10 @@ def _printed_error(output):
 
     if output.get("output_type") != "error":
         return output
-    lines = "".join(f"\n  {line}" for line in output["evalue"].splitlines()[:4])
+    message = output["evalue"].splitlines()
+    more = ([f"[... {len(message) - SHOWN_LINES} more lines of the message]"]
+            if len(message) > SHOWN_LINES else [])
+    lines = "".join(f"\n  {line}" for line in [*message[:SHOWN_LINES], *more])
     return nbformat.v4.new_output("stream", name="stdout", text=f"{output['ename']}:{lines}\n")
 
 
@@ -432,8 +479,11 @@ def edition(executed, glued: Mapping, docname: str, site: Site, build: Build):
     if needs:
         raise ValueError(f"{docname}: kept cells read names only site-only cells bind, so the "
                          f"edition would fail when run: {needs}")
-    reading = [c.source[:80] for c in executed.cells if c.cell_type == "code"
-               and not site_only(c) and READS_SAVED & set(_called(c.source))]
+    reading, saved = [], False
+    for cell in (c for c in executed.cells if c.cell_type == "code" and not site_only(c)):
+        saved = saved or "CLAIMS.save" in _called(cell.source)  # a kept cell saves them
+        if READS_SAVED & set(_called(cell.source)) and not saved:
+            reading.append(cell.source[:80])
     if reading:
         raise ValueError(f"{docname}: kept cells read claims.csv, which only the site's "
                          f"bookkeeping saves (read the Claims object instead): {reading}")
@@ -454,8 +504,12 @@ def edition(executed, glued: Mapping, docname: str, site: Site, build: Build):
             outputs = [copy.deepcopy(o) for o in cell.outputs
                        if "scrapbook" not in o.get("metadata", {})]
             source = cell.source
+            if SITE_ONLY_TAG in cell.metadata.get("tags", []):
+                outputs = []  # a check the site runs unseen: its page shows no output
             if FAILS_ON_PURPOSE in cell.metadata.get("tags", []):
-                source, outputs = _wrapped(source), [_printed_error(o) for o in outputs]
+                expected = next((o["ename"] for o in outputs if o.get("output_type") == "error"),
+                                None)
+                source, outputs = _wrapped(source, expected), [_printed_error(o) for o in outputs]
             kept = nbformat.v4.new_code_cell(source, execution_count=cell.execution_count,
                                              outputs=outputs)
             if set_up and COLAB_BLOCK in cell.source:
@@ -465,6 +519,8 @@ def edition(executed, glued: Mapping, docname: str, site: Site, build: Build):
                 _fold(kept, CHECKS_TITLE)
             elif "hide-input" in tags or "hide-cell" in tags:
                 _fold(kept, _folded_title(cell.source))
+            if "hide-output" in tags or "hide-cell" in tags:  # Jupyter folds outputs too
+                kept.metadata.setdefault("jupyter", {})["outputs_hidden"] = True
             if tags:
                 kept.metadata["tags"] = tags
             nb.cells.append(kept)
