@@ -490,19 +490,29 @@ def test_the_garbage_collector_is_off_inside_timed_blocks_and_back_on_after():
     assert not any(states) and gc.isenabled()
 
 
-def test_the_readiness_check_is_measured_and_taken_out_of_both_frameworks_samples():
+def test_the_readiness_check_is_measured_and_taken_out_of_both_frameworks_samples(monkeypatch):
     """JAX's outputs need the pacing check and PyTorch's do not: the timer measures it on
-    each variant's output and subtracts it, so a comparison does not charge the harness."""
+    each variant's output and subtracts it, so a comparison does not charge the harness.
+    The measurement is a lower bound (the smallest of several differences, never negative):
+    noise can only shrink it, so on a loaded machine 0 is a valid reading, and this test
+    checks what the timer does with the reading, not the machine's speed."""
+    import jax
     import jax.numpy as jnp
     import torch
 
-    from deepdive.core.timing import harness_cost
+    from deepdive.core import timing
 
     jax_out, torch_out = jnp.ones(4), torch.ones(4)
     jax_out.block_until_ready()
+    assert timing.harness_cost(jax_out) >= 0.0 and timing.harness_cost(torch_out) >= 0.0
 
-    assert harness_cost(jax_out) > harness_cost(torch_out) >= 0.0
+    def known_cost(output, *args, **kwargs):  # what the timer reads on each variant's output
+        return 1e-6 if isinstance(output, jax.Array) else 0.0
+
+    monkeypatch.setattr(timing, "harness_cost", known_cost)
     timings = compare({"jax": lambda: jnp.sin(jax_out), "torch": lambda: torch.sin(torch_out)},
                       blocks=3, min_block_s=0.002)
-    assert 1e-8 < timings["jax"].harness_s < 2e-5  # about a microsecond per JAX call
-    assert 0.0 <= timings["torch"].harness_s < timings["jax"].harness_s
+    # Every call of a block but the last is paced: that share of the reading is taken out.
+    calls = timings["jax"].calls_per_block
+    assert timings["jax"].harness_s == pytest.approx(1e-6 * (calls - 1) / calls)
+    assert timings["torch"].harness_s == 0.0
